@@ -1,0 +1,42 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create .venv if it is missing and (re)install the project when
+# pyproject.toml changed. uv is used with the local torch CPU wheel when
+# /opt/wheels exists (seconds instead of minutes); plain pip otherwise.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+WHEELS := /opt/wheels
+
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: demo test lint install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@if [ -d $(WHEELS) ]; then \
+		$(BIN)/pip install -q uv && \
+		$(BIN)/uv pip install --python $(BIN)/python --find-links $(WHEELS) -e '.[dev]'; \
+	else \
+		$(BIN)/pip install -q -e '.[dev]'; \
+	fi
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/dl2ray demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,227 @@
+"""Typed, frozen experiment configuration, loaded once at the entry point.
+
+A config file is YAML with the groups below; every field documents its unit
+and default. Paths inside a config (``jobtypes``, ``speed.surfaces``) are
+relative to the config file. :func:`load_config` turns any schema or YAML
+error into a :class:`ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dl2ray.errors import UserError
+from dl2ray.workload import JobCatalogue, load_catalogue
+
+
+class ConfigError(UserError, ValueError):
+    """A config or input file is malformed; the message names the file and field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeGroup(_Frozen):
+    """``count`` identical nodes."""
+
+    count: int = Field(default=1, ge=1)
+    cpu: float = Field(default=8, gt=0, description="CPU cores per node")
+    gpu: float = Field(default=2, ge=0, description="GPUs per node")
+    mem: float = Field(default=48, gt=0, description="memory per node, GB")
+
+
+PlacementName = Literal["load_balancing", "packing", "optimus"]
+
+
+class ClusterConfig(_Frozen):
+    """Nodes (heterogeneous lists allowed) and the placement policy."""
+
+    nodes: tuple[NodeGroup, ...] = Field(default=(NodeGroup(count=13),), min_length=1)
+    placement: PlacementName = "load_balancing"
+
+    @cached_property
+    def capacity(self) -> np.ndarray:
+        """Shape (N, 3): per-node (cpu, gpu, mem) capacity."""
+        rows = [[g.cpu, g.gpu, g.mem] for g in self.nodes for _ in range(g.count)]
+        arr = np.array(rows, dtype=np.float64)
+        arr.setflags(write=False)
+        return arr
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(g.count for g in self.nodes)
+
+
+class ArrivalConfig(_Frozen):
+    """Job arrivals per slot.
+
+    ``uniform``: exactly ``rate`` jobs per slot (rounded, carried over).
+    ``poisson``: Poisson(``rate``) per slot. ``diurnal``: Poisson with a
+    weekly-and-daily modulated rate whose busiest hour is ``peak`` times the
+    mean ``rate`` (weekends at ``weekend_factor`` of weekdays). All capped at
+    ``max_per_slot``.
+    """
+
+    pattern: Literal["uniform", "poisson", "diurnal"] = "poisson"
+    rate: float = Field(default=1.0, gt=0, description="mean arrivals per slot")
+    max_per_slot: int = Field(default=5, ge=1)
+    peak: float = Field(default=2.0, ge=1.0, description="diurnal peak / mean rate")
+    weekend_factor: float = Field(default=0.5, gt=0, le=1.0)
+
+
+class LengthConfig(_Frozen):
+    """Job length = type ``base_epochs`` × a draw from ``distribution``.
+
+    ``uniform``: U(``low``, ``high``). ``lognormal``: exp(N(0, ``sigma``)),
+    clipped to [``low``, ``high``]. ``fixed``: 1.
+    """
+
+    distribution: Literal["fixed", "uniform", "lognormal"] = "uniform"
+    low: float = Field(default=0.9, gt=0)
+    high: float = Field(default=1.1, gt=0)
+    sigma: float = Field(default=0.5, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LengthConfig:
+        if self.low > self.high:
+            raise ValueError("low must be <= high")
+        return self
+
+
+class WorkloadConfig(_Frozen):
+    """How ``dl2ray trace generate`` and the simulator draw a trace."""
+
+    num_jobs: int = Field(default=30, ge=1)
+    arrivals: ArrivalConfig = ArrivalConfig()
+    lengths: LengthConfig = LengthConfig()
+    epoch_error: float = Field(
+        default=0.0, ge=0, lt=1, description="estimate = true × (1 + U(-e, e))"
+    )
+    types: tuple[str, ...] | None = Field(
+        default=None, description="subset of the catalogue to draw from; None = all"
+    )
+
+
+class SpeedConfig(_Frozen):
+    """Ground-truth speed of the simulator (see :mod:`dl2ray.speed`)."""
+
+    surfaces: str = Field(default="speed", description="directory of fitted surfaces")
+    model: Literal["measured", "analytic"] = Field(
+        default="measured",
+        description="measured: interpolated testbed speeds × placement factor; "
+        "analytic: the analytic PS model alone",
+    )
+    placement_aware: bool = True
+    variation: float = Field(default=0.0, ge=0, lt=1, description="per-slot speed noise ±v")
+    interference: float = Field(
+        default=0.0, ge=0, lt=1, description="max slowdown per co-located foreign job"
+    )
+
+
+class SimConfig(_Frozen):
+    """Time-slotted engine settings."""
+
+    slot_seconds: float = Field(default=1200.0, gt=0, description="slot length, s")
+    max_slots: int = Field(default=5000, ge=1, description="hard stop of one run")
+    change_cost: Literal["none", "hot", "checkpoint_restart"] = "none"
+    hot_scaling_s: float = Field(default=0.1, ge=0, description="suspension per change, s")
+    checkpoint_restart_s: float = Field(
+        default=60.0, ge=0, description="suspension per change, s"
+    )
+    loss_noise: float = Field(
+        default=0.02, ge=0, description="relative noise of the reported training loss"
+    )
+
+    @property
+    def change_seconds(self) -> float:
+        """Seconds a running job loses when its deployment changes."""
+        return {
+            "none": 0.0,
+            "hot": self.hot_scaling_s,
+            "checkpoint_restart": self.checkpoint_restart_s,
+        }[self.change_cost]
+
+
+class ExperimentConfig(_Frozen):
+    """The whole experiment: one YAML file."""
+
+    name: str = "default"
+    jobtypes: str = Field(default="jobtypes.yaml", description="catalogue path")
+    cluster: ClusterConfig = ClusterConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    speed: SpeedConfig = SpeedConfig()
+    sim: SimConfig = SimConfig()
+    base_dir: str = Field(default=".", description="set by the loader: the config's folder")
+
+    def resolve(self, relative: str) -> Path:
+        """A path from this config, made absolute against its folder."""
+        p = Path(relative)
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    @cached_property
+    def catalogue(self) -> JobCatalogue:
+        path = self.resolve(self.jobtypes)
+        try:
+            cat = load_catalogue(path)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"jobtypes: file not found: {path}") from exc
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(str(path), exc)) from exc
+        if self.workload.types is not None:
+            for name in self.workload.types:
+                if name not in cat.names:
+                    raise ConfigError(
+                        f"workload.types: unknown job type {name!r}; known: {list(cat.names)}"
+                    )
+        return cat
+
+    @property
+    def surfaces_dir(self) -> Path:
+        return self.resolve(self.speed.surfaces)
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """One line per problem: ``source: field.path: message``."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        lines.append(f"{source}: {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "testbed.yaml"
+
+
+def load_config(path: str | Path | None = None) -> ExperimentConfig:
+    """Load and validate a config file (default: ``configs/testbed.yaml``).
+
+    Raises :class:`ConfigError` with the file and the field for any problem,
+    including the job-type catalogue it names.
+    """
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: <root>: expected a mapping of config groups")
+    raw = {**raw, "base_dir": str(path.resolve().parent)}
+    try:
+        cfg = ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(path), exc)) from exc
+    _ = cfg.catalogue  # validate the catalogue reference eagerly
+    return cfg

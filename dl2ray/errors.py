@@ -1,0 +1,7 @@
+"""The one exception type the CLI turns into ``exit 2`` with a clean message."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad user input (config, trace, file, option); the message names the field or line."""

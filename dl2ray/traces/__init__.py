@@ -1,0 +1,1 @@
+"""dl2ray/traces"""
