@@ -138,6 +138,13 @@ class SimConfig(_Frozen):
     loss_noise: float = Field(
         default=0.02, ge=0, description="relative noise of the reported training loss"
     )
+    convergence_gap: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="a job converges when its loss gap l - l_inf has shrunk to this "
+        "fraction of the initial gap (see dl2ray.sim.LossCurve)",
+    )
 
     @property
     def change_seconds(self) -> float:

@@ -1,0 +1,62 @@
+"""The one scheduler signature and the registry the CLI builds schedulers from.
+
+Every scheduler is ``decide(view: ClusterView) -> Allocation``; heuristics are
+short classes with no knowledge of Ray, Kubernetes or MXNet. Schedulers that
+keep state across slots implement ``reset(seed)``; the runner calls it at the
+start of every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from dl2ray.errors import UserError
+from dl2ray.view import Allocation, ClusterView, JobView
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    name: str
+
+    def decide(self, view: ClusterView) -> Allocation: ...
+
+
+def dominant_share(job: JobView, workers: int, ps: int, total: np.ndarray) -> float:
+    """``max_r (workers·d_w + ps·d_p)_r / total_r`` over resources with capacity."""
+    used = workers * job.worker_demand + ps * job.ps_demand
+    mask = total > 0
+    return float(np.max(used[mask] / total[mask])) if mask.any() else 0.0
+
+
+Factory = Callable[[str | None, object], Scheduler]
+_REGISTRY: dict[str, Callable[[], Factory]] = {}
+
+
+def register(name: str, loader: Callable[[], Factory]) -> None:
+    _REGISTRY[name] = loader
+
+
+def scheduler_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def make_scheduler(spec: str, cfg: object) -> Scheduler:
+    """Build a scheduler from ``name`` or ``name:argument`` (e.g. ``dl2:models/x.pt``)."""
+    _load_builtin()
+    name, _, arg = spec.partition(":")
+    loader = _REGISTRY.get(name.strip().lower())
+    if loader is None:
+        raise UserError(f"unknown scheduler {name!r}; known: {sorted(_REGISTRY)}")
+    return loader()(arg or None, cfg)
+
+
+def _load_builtin() -> None:
+    if _REGISTRY:
+        return
+    from dl2ray.schedulers import builtin
+
+    builtin.register_builtin()

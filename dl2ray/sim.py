@@ -1,0 +1,369 @@
+"""The time-slotted cluster simulator: ``reset(seed)`` / ``step(allocation)``.
+
+Each slot: the scheduler sees a :class:`~dl2ray.view.ClusterView` of the
+arrived, uncompleted jobs; its :class:`~dl2ray.view.Allocation` is validated
+(caps, capacity, placement) and placed; every job with at least one worker
+and one PS trains for the slot at the speed of :class:`~dl2ray.speed.SpeedModel`
+(times variation and interference noise, from the simulator's own RNG) minus
+the suspension its deployment change costs; a job whose true epochs are
+reached completes at a fractional time inside the slot. Then the clock moves
+on and the slot's arrivals join.
+
+Reward (the DL2 paper's): ``r_t = Σ_j epochs_j(t) / E_j`` with ``E_j`` the
+job's declared (estimated) epochs — what a live cluster knows.
+
+Training loss (what Optimus fits): job ``j`` reports after ``k`` epochs
+``l(k) = 1 / (b0·k + 1) + b_inf`` with ``b0 = (1/δ - 1) / true_epochs``, so
+its loss gap reaches ``δ`` (``sim.convergence_gap``) of the initial gap exactly
+when it completes; reported values carry multiplicative noise
+``1 + N(0, sim.loss_noise)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dl2ray.cluster import make_placer
+from dl2ray.config import ExperimentConfig
+from dl2ray.errors import UserError
+from dl2ray.speed import SpeedModel, interference_factor, layout_of, variation_factors
+from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Observation, Tasks
+from dl2ray.workload import JobSpec, Trace
+
+_EPS = 1e-9
+LOSS_FLOOR = 0.1
+
+
+class AllocationError(UserError, ValueError):
+    """An allocation breaks a cap, a capacity or the job set; names the job and node."""
+
+
+@dataclass(slots=True)
+class _Job:
+    spec: JobSpec
+    type_index: int
+    done: float = 0.0
+    slots_run: int = 0
+    workers: int = 0
+    ps: int = 0
+    worker_nodes: tuple[int, ...] = ()
+    ps_nodes: tuple[int, ...] = ()
+    history: tuple[Observation, ...] = ()
+    first_run_slot: int | None = None
+    end_time: float | None = None  # slots, fractional
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``step`` returns: the next view, the slot's reward, whether the run ended."""
+
+    view: ClusterView
+    reward: float
+    done: bool
+    completed: tuple[int, ...]
+    epochs: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """Everything measured over one run; see :mod:`dl2ray.metrics` for summaries.
+
+    Times are in slots (fractional); ``gpu_util``/``cpu_util`` are per slot
+    fractions of cluster capacity held by allocated tasks.
+    """
+
+    slot_seconds: float
+    arrival: dict[int, int]
+    end_time: dict[int, float]
+    first_run: dict[int, int]
+    gpu_util: list[float]
+    cpu_util: list[float]
+    rewards: list[float]
+    slots: int
+    events: list[dict] = field(default_factory=list)
+
+    @property
+    def jct(self) -> dict[int, float]:
+        """Job completion time in slots, for completed jobs."""
+        return {j: self.end_time[j] - self.arrival[j] for j in self.end_time}
+
+
+class Simulator:
+    """A deterministic, trace-driven cluster (see the module docstring).
+
+    ``trace`` fixes the jobs; without one, every ``reset(seed)`` generates a
+    trace from ``cfg.workload`` with that seed. The seed also drives speed
+    variation, interference and loss noise.
+    """
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        speed: SpeedModel,
+        trace: Trace | None = None,
+        record_events: bool = False,
+    ) -> None:
+        self.cfg = cfg
+        self.catalogue = cfg.catalogue
+        self.speed = speed
+        self.capacity = cfg.cluster.capacity
+        self._fixed_trace = trace
+        self.record_events = record_events
+        self._worker_demand = self.catalogue.worker_demand
+        self._ps_demand = self.catalogue.ps_demand
+        for arr in (self._worker_demand, self._ps_demand):
+            arr.setflags(write=False)
+        self._b0_scale = 1.0 / cfg.sim.convergence_gap - 1.0
+
+    # -- episode ------------------------------------------------------------------------
+
+    def reset(self, seed: int) -> ClusterView:
+        """Start a run; returns the view of slot 0."""
+        self.rng = np.random.default_rng([seed, 0x5EED])
+        if self._fixed_trace is not None:
+            trace = self._fixed_trace
+        else:
+            from dl2ray.traces.generate import generate_trace
+
+            trace = generate_trace(self.cfg, seed)
+        self.trace: Trace = trace
+        self._pending = list(reversed(trace))  # pop() yields the next arrival
+        self.jobs: dict[int, _Job] = {}
+        self.finished: dict[int, _Job] = {}
+        self.slot = 0
+        self.result = RunResult(
+            self.cfg.sim.slot_seconds, {j.job_id: j.arrival_slot for j in trace}, {}, {},
+            [], [], [], 0,
+        )
+        self._admit()
+        return self.view()
+
+    @property
+    def done(self) -> bool:
+        return (not self.jobs and not self._pending) or self.slot >= self.cfg.sim.max_slots
+
+    def view(self) -> ClusterView:
+        jobs = tuple(self._job_view(j) for j in self.jobs.values())
+        return ClusterView(
+            slot=self.slot,
+            slot_seconds=self.cfg.sim.slot_seconds,
+            capacity=self.capacity,
+            free=self.capacity,
+            jobs=jobs,
+            catalogue=self.catalogue,
+            placement=self.cfg.cluster.placement,
+        )
+
+    def step(self, allocation: Allocation) -> StepResult:
+        """Apply one slot's allocation; raises AllocationError naming job/node."""
+        if self.done:
+            raise RuntimeError("step() after the run ended; call reset()")
+        placement = self._validate_and_place(allocation)
+        epochs, completed, reward = self._progress(allocation, placement)
+        self.result.rewards.append(reward)
+        self.slot += 1
+        self.result.slots = self.slot
+        self._admit()
+        return StepResult(self.view(), reward, self.done, tuple(completed), epochs)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self._pending and self._pending[-1].arrival_slot <= self.slot:
+            spec = self._pending.pop()
+            self.jobs[spec.job_id] = _Job(spec, self.catalogue.index(spec.job_type))
+
+    def _job_view(self, j: _Job) -> JobView:
+        jt = self.catalogue.types[j.type_index]
+        return JobView(
+            job_id=j.spec.job_id,
+            job_type=jt.name,
+            type_index=j.type_index,
+            arrival_slot=j.spec.arrival_slot,
+            slots_run=j.slots_run,
+            est_epochs=j.spec.est_epochs,
+            done_epochs=j.done,
+            workers=j.workers,
+            ps=j.ps,
+            worker_nodes=j.worker_nodes,
+            ps_nodes=j.ps_nodes,
+            worker_demand=self._worker_demand[j.type_index],
+            ps_demand=self._ps_demand[j.type_index],
+            max_workers=jt.max_workers,
+            max_ps=jt.max_ps,
+            history=j.history,
+        )
+
+    def _check_job(self, job_id: int, t: Tasks) -> _Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            state = "completed" if job_id in self.finished else "not arrived or unknown"
+            raise AllocationError(f"slot {self.slot}: job {job_id} is {state}")
+        jt = self.catalogue.types[job.type_index]
+        if t.workers > jt.max_workers or t.ps > jt.max_ps:
+            raise AllocationError(
+                f"slot {self.slot}: job {job_id} ({jt.name}) gets {t.workers} workers / "
+                f"{t.ps} PS, caps are {jt.max_workers} / {jt.max_ps}"
+            )
+        return job
+
+    def _validate_and_place(self, allocation: Allocation) -> dict[int, JobPlacement]:
+        for job_id, t in allocation.tasks.items():
+            self._check_job(job_id, t)
+        if allocation.placement is None:
+            return self._place(allocation)
+        placement = dict(allocation.placement)
+        n = self.capacity.shape[0]
+        usage = np.zeros_like(self.capacity)
+        for job_id, t in allocation.tasks.items():
+            pl = placement.get(job_id, JobPlacement((), ()))
+            if len(pl.worker_nodes) != t.workers or len(pl.ps_nodes) != t.ps:
+                raise AllocationError(
+                    f"slot {self.slot}: job {job_id}: placement lists {len(pl.worker_nodes)} "
+                    f"workers / {len(pl.ps_nodes)} PS for {t.workers} / {t.ps} tasks"
+                )
+            bad = [x for x in (*pl.worker_nodes, *pl.ps_nodes) if not 0 <= x < n]
+            if bad:
+                raise AllocationError(f"slot {self.slot}: job {job_id}: no node {bad[0]}")
+            ti = self.jobs[job_id].type_index
+            if pl.worker_nodes:
+                np.add.at(usage, np.asarray(pl.worker_nodes), self._worker_demand[ti])
+            if pl.ps_nodes:
+                np.add.at(usage, np.asarray(pl.ps_nodes), self._ps_demand[ti])
+        over = np.argwhere(usage > self.capacity + _EPS)
+        if len(over):
+            node, res = (int(x) for x in over[0])
+            names = ("cpu", "gpu", "mem")
+            jobs_on = sorted(
+                j for j, pl in placement.items() if node in (*pl.worker_nodes, *pl.ps_nodes)
+            )
+            raise AllocationError(
+                f"slot {self.slot}: node {node} over {names[res]} capacity "
+                f"({usage[node, res]:g} > {self.capacity[node, res]:g}); jobs there: {jobs_on}"
+            )
+        return {j: placement.get(j, JobPlacement((), ())) for j in allocation.tasks}
+
+    def _place(self, allocation: Allocation) -> dict[int, JobPlacement]:
+        """Place counts-only allocations with the configured policy, bundle by bundle."""
+        placer = make_placer(
+            self.capacity, self.capacity, self.cfg.cluster.placement, self.catalogue
+        )
+        for job_id, t in allocation.tasks.items():
+            ti = self.jobs[job_id].type_index
+            wd, pd = self._worker_demand[ti], self._ps_demand[ti]
+            for i in range(max(t.workers, t.ps)):
+                for role, demand, count in (("worker", wd, t.workers), ("ps", pd, t.ps)):
+                    if i < count and placer.place(job_id, role, demand) is None:
+                        raise AllocationError(
+                            f"slot {self.slot}: job {job_id}: no node can host its "
+                            f"{role} #{i + 1} ({self.cfg.cluster.placement} placement)"
+                        )
+        placed = placer.allocation().placement or {}
+        return {j: placed.get(j, JobPlacement((), ())) for j in allocation.tasks}
+
+    def _interference(self, placement: dict[int, JobPlacement]) -> dict[int, float]:
+        s = self.cfg.speed.interference
+        if s <= 0:
+            return {}
+        on_node: dict[int, set[int]] = {}
+        for j, pl in placement.items():
+            for node in (*pl.worker_nodes, *pl.ps_nodes):
+                on_node.setdefault(node, set()).add(j)
+        out = {}
+        for j, pl in placement.items():
+            nodes = (*pl.worker_nodes, *pl.ps_nodes)
+            if nodes:
+                others = sum(len(on_node[n]) - 1 for n in nodes) / len(nodes)
+                out[j] = interference_factor(others, s)
+        return out
+
+    def _progress(
+        self, allocation: Allocation, placement: dict[int, JobPlacement]
+    ) -> tuple[dict[int, float], list[int], float]:
+        slot_s = self.cfg.sim.slot_seconds
+        change_s = min(self.cfg.sim.change_seconds, slot_s)
+        interference = self._interference(placement)
+        ids = [j for j in self.jobs]
+        noise = variation_factors(self.rng, self.cfg.speed.variation, len(ids))
+        loss_noise = self.rng.normal(0.0, self.cfg.sim.loss_noise, size=len(ids))
+        used = np.zeros(3)
+        epochs_by_job: dict[int, float] = {}
+        completed: list[int] = []
+        reward = 0.0
+        for i, job_id in enumerate(ids):
+            job = self.jobs[job_id]
+            t = allocation.tasks.get(job_id, Tasks(0, 0))
+            pl = placement.get(job_id, JobPlacement((), ()))
+            used += t.workers * self._worker_demand[job.type_index]
+            used += t.ps * self._ps_demand[job.type_index]
+            changed = job.slots_run > 0 and (t.workers, t.ps) != (job.workers, job.ps)
+            job.workers, job.ps = t.workers, t.ps
+            job.worker_nodes, job.ps_nodes = pl.worker_nodes, pl.ps_nodes
+            if t.workers == 0 or t.ps == 0:
+                continue
+            if job.first_run_slot is None:
+                job.first_run_slot = self.slot
+                self.result.first_run[job_id] = self.slot
+            job.slots_run += 1
+            lost = change_s if changed else 0.0
+            rate = self.speed.epochs_per_second(
+                job.type_index, layout_of(pl.worker_nodes, pl.ps_nodes)
+            )
+            rate *= noise[i] * interference.get(job_id, 1.0)
+            available = slot_s - lost
+            epochs = rate * available
+            seconds = available
+            remaining = job.spec.true_epochs - job.done
+            if epochs >= remaining - _EPS and rate > 0:
+                seconds = remaining / rate
+                epochs = remaining
+                job.end_time = self.slot + (lost + seconds) / slot_s
+                completed.append(job_id)
+            job.done += epochs
+            epochs_by_job[job_id] = epochs
+            reward += epochs / job.spec.est_epochs
+            job.history = (
+                *job.history,
+                Observation(self.slot, t.ps, t.workers, epochs, seconds,
+                            self._loss(job) * (1.0 + loss_noise[i])),
+            )
+            if self.record_events:
+                self.result.events.append({
+                    "slot": self.slot, "job_id": job_id, "workers": t.workers, "ps": t.ps,
+                    "epochs": epochs, "seconds": seconds, "completed": job_id in completed,
+                })
+        cap = self.capacity.sum(axis=0)
+        self.result.cpu_util.append(float(used[0] / cap[0]))
+        self.result.gpu_util.append(float(used[1] / cap[1]) if cap[1] > 0 else 0.0)
+        for job_id in completed:
+            job = self.jobs.pop(job_id)
+            self.finished[job_id] = job
+            assert job.end_time is not None
+            self.result.end_time[job_id] = job.end_time
+        return epochs_by_job, completed, reward
+
+    def _loss(self, job: _Job) -> float:
+        b0 = self._b0_scale / job.spec.true_epochs
+        return 1.0 / (b0 * job.done + 1.0) + LOSS_FLOOR
+
+
+def run_episode(sim: Simulator, scheduler, seed: int) -> RunResult:
+    """Reset, then decide/step until every job completed (or ``max_slots``)."""
+    view = sim.reset(seed)
+    if hasattr(scheduler, "reset"):
+        scheduler.reset(seed)
+    while not sim.done:
+        view = sim.step(scheduler.decide(view)).view
+    return sim.result
+
+
+def write_events(path: str, result: RunResult) -> None:
+    """Per-slot, per-job event log as Parquet (columns of :class:`RunResult.events`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = ["slot", "job_id", "workers", "ps", "epochs", "seconds", "completed"]
+    table = pa.table({c: [e[c] for e in result.events] for c in cols})
+    pq.write_table(table, path)
