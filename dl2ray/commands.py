@@ -1,11 +1,202 @@
-"""Wires every command group into the ``dl2ray`` Typer app (called once by :mod:`dl2ray.cli`)."""
+"""The ``dl2ray`` commands: simulate, compare, fit-speed, demo, and the sub-groups.
+
+This module is the CLI's composition root: only here are config files, traces,
+speed surfaces and output files wired together.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from dl2ray.config import ExperimentConfig, load_config
+from dl2ray.errors import UserError
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="experiment YAML (default: configs/testbed.yaml)")
+]
+TraceOpt = Annotated[
+    Path | None, typer.Option("--trace", help="dl2ray Parquet trace (default: generate from config)")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout, nothing else")]
+
+_err = Console(stderr=True)
+
+
+def _config(path: Path | None) -> ExperimentConfig:
+    return load_config(path)
+
+
+def _trace(path: Path | None, cfg: ExperimentConfig):
+    if path is None:
+        return None
+    from dl2ray.traces.parquet import read_trace
+
+    return read_trace(path, cfg.catalogue)
+
+
+def _check_surfaces(cfg: ExperimentConfig) -> None:
+    if cfg.speed.model == "measured" and not (cfg.surfaces_dir / "surfaces.json").exists():
+        raise UserError(
+            f"speed.surfaces: {cfg.surfaces_dir}/surfaces.json missing; "
+            "run `dl2ray fit-speed FILE --out <dir>`"
+        )
+
+
+def simulate(
+    config: ConfigOpt = None,
+    scheduler: Annotated[str, typer.Option(help="scheduler name, e.g. drf or dl2:models/x.pt")] = "drf",
+    trace: TraceOpt = None,
+    seed: Annotated[int, typer.Option(help="trace/noise seed")] = 0,
+    json_out: JsonOpt = False,
+    events: Annotated[Path | None, typer.Option(help="write the per-slot event log (Parquet)")] = None,
+) -> None:
+    """Run one scheduler on one trace and print its metrics."""
+    from dl2ray.experiments import RunSpec, run_one
+    from dl2ray.sim import write_events
+
+    cfg = _config(config)
+    _check_surfaces(cfg)
+    outcome = run_one(cfg, RunSpec(scheduler, seed), _trace(trace, cfg), keep_result=events is not None)
+    if events is not None and outcome.result is not None:
+        write_events(str(events), outcome.result)
+    if json_out:
+        print(json.dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
+        return
+    table = Table(title=f"{scheduler} on {cfg.name} (seed {seed})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in outcome.metrics.items():
+        table.add_row(k, f"{v:.3f}")
+    Console().print(table)
+
+
+def compare(
+    config: ConfigOpt = None,
+    schedulers: Annotated[str, typer.Option(help="comma-separated scheduler names")] = (
+        "fifo,srtf,drf,tetris,optimus"
+    ),
+    traces: Annotated[int, typer.Option(min=1, help="number of traces (seeds seed..seed+N-1)")] = 5,
+    seed: Annotated[int, typer.Option(help="first trace seed")] = 0,
+    trace: TraceOpt = None,
+    json_out: JsonOpt = False,
+    plot: Annotated[Path | None, typer.Option(help="write the JCT CDF plot (PNG)")] = None,
+    out: Annotated[Path | None, typer.Option(help="write results.json, jct.parquet and the plot")] = None,
+    processes: Annotated[int | None, typer.Option(help="worker processes (default: cores)")] = None,
+) -> None:
+    """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
+    from dl2ray import experiments, report
+
+    cfg = _config(config)
+    _check_surfaces(cfg)
+    names = [s.strip() for s in schedulers.split(",") if s.strip()]
+    if not names:
+        raise UserError("--schedulers: give at least one scheduler")
+    fixed = _trace(trace, cfg)
+    seeds = list(range(seed, seed + traces))
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=_err, transient=True, disable=not _err.is_terminal,
+    ) as bar:
+        task = bar.add_task("simulating", total=len(names) * len(seeds))
+        comp = experiments.compare(
+            cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task)
+        )
+    rows = comp.summary()
+    doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "results": rows}
+    if out is not None:
+        _write_outputs(out, doc, comp)
+        plot = plot or out / "jct_cdf.png"
+    if plot is not None:
+        report.plot_jct_cdf(comp, plot)
+    if json_out:
+        print(json.dumps(doc))
+    else:
+        report.print_table(comp)
+        if plot is not None:
+            print(f"JCT CDF written to {plot}")
+
+
+def _write_outputs(out: Path, doc: dict, comp) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    rows = [(name, r.seed, j, v) for name, runs in comp.runs.items() for r in runs
+            for j, v in sorted(r.jct.items())]
+    table = pa.table({
+        "scheduler": [r[0] for r in rows], "seed": [r[1] for r in rows],
+        "job_id": [r[2] for r in rows], "jct_slots": [r[3] for r in rows],
+    })
+    pq.write_table(table, out / "jct.parquet")
+
+
+def fit_speed(
+    measurements: Annotated[Path, typer.Argument(help="the testbed measurement file")],
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("configs/speed"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Derive the speed surfaces (and Optimus's fitted form, for comparison)."""
+    from dl2ray import speed
+
+    try:
+        ms = speed.parse_measurements(measurements)
+    except FileNotFoundError:
+        raise UserError(f"{measurements}: no such file") from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    surfaces = speed.fit_surfaces(ms)
+    speed.save_surfaces(surfaces, out, source=f"{measurements.name} ({len(ms)} usable records)")
+    optimus = speed.fit_optimus_all(ms)
+    rows = []
+    for name, surf in sorted(surfaces.items()):
+        pts = [m for m in ms if m.model == name]
+        rows.append({
+            "model": name, "points": len(pts),
+            "surface_rel_error": speed.surface_rel_error(surf, pts),
+            "optimus_rel_error": optimus[name]["mean_rel_error"],
+            "optimus_theta": optimus[name]["theta"],
+        })
+    (out / speed.OPTIMUS_FILE).write_text(
+        json.dumps({"schema_version": speed.SCHEMA_VERSION, "models": optimus}, indent=1) + "\n",
+        encoding="utf-8",
+    )
+    if json_out:
+        print(json.dumps({"out": str(out), "models": rows}))
+        return
+    table = Table(title=f"speed fit from {measurements.name}: mean relative error at measured points")
+    for col in ("model", "points", "surface", "Optimus form"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for r in rows:
+        table.add_row(r["model"], str(r["points"]), f"{r['surface_rel_error']:.3f}",
+                      f"{r['optimus_rel_error']:.3f}")
+    Console().print(table)
+    print(f"wrote {out / speed.SURFACES_FILE} and {out / speed.OPTIMUS_FILE}")
+
+
+def demo(
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("demo-out"),
+    traces: Annotated[int, typer.Option(min=1)] = 5,
+) -> None:
+    """The main job on the embedded default: all heuristics on the testbed config."""
+    compare(config=None, schedulers="fifo,srtf,drf,tetris,optimus", traces=traces, seed=1000,
+            trace=None, json_out=False, plot=None, out=out, processes=None)
 
 
 def register_all(app: typer.Typer) -> None:
+    from dl2ray.bench import app as bench_app
     from dl2ray.traces.cli import app as trace_app
 
+    app.command()(simulate)
+    app.command()(compare)
+    app.command("fit-speed")(fit_speed)
+    app.command()(demo)
     app.add_typer(trace_app, name="trace", help="Import, generate and describe traces.")
+    app.add_typer(bench_app, name="bench", help="Benchmarks (print JSON).")

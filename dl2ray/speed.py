@@ -205,7 +205,9 @@ def fit_optimus_speed(
 
 def optimus_speed(theta: np.ndarray, ps, workers, batch) -> np.ndarray:
     """Job speed in batches/s: ``w / step_time`` (0 where the step time is 0)."""
-    ps, workers, batch = (np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (ps, workers, batch))
+    ps, workers, batch = (
+        np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (ps, workers, batch)
+    )
     step = optimus_features(ps, workers, batch) @ theta
     return np.where(step > 0, workers / np.maximum(step, 1e-12), 0.0)
 

@@ -1,0 +1,124 @@
+"""``dl2ray bench ...``: benchmarks that print one JSON object (never run as tests).
+
+Results and the commands that produced them are recorded in docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from dl2ray.config import ExperimentConfig, load_config
+from dl2ray.errors import UserError
+from dl2ray.view import ClusterView, JobView, Observation
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+
+def _emit(doc: dict, json_out: bool) -> None:
+    if json_out:
+        print(json.dumps(doc))
+    else:
+        for k, v in doc.items():
+            print(f"{k}: {v}")
+
+
+@app.command("sim")
+def bench_sim(
+    config: Annotated[Path, typer.Option("--config", "-c")] = Path("configs/large.yaml"),
+    scheduler: str = "drf",
+    seed: int = 0,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Wall seconds and slots/s of one whole trace (median of ``repeats`` runs)."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.sim import run_episode
+
+    cfg = load_config(config)
+    sim = build_simulator(cfg)
+    times, slots, jobs = [], 0, 0
+    for _ in range(repeats):
+        sched = make_scheduler(scheduler, cfg)
+        t0 = time.perf_counter()
+        result = run_episode(sim, sched, seed)
+        times.append(time.perf_counter() - t0)
+        slots, jobs = result.slots, len(result.end_time)
+    wall = statistics.median(times)
+    _emit({"bench": "sim", "config": cfg.name, "scheduler": scheduler, "jobs": jobs,
+           "slots": slots, "wall_s": round(wall, 4), "slots_per_s": round(slots / wall, 1),
+           "repeats": repeats}, json_out)
+
+
+def synthetic_view(cfg: ExperimentConfig, jobs: int, nodes: int, seed: int) -> ClusterView:
+    """A slot of a big cluster: ``nodes`` default nodes, ``jobs`` jobs that each ran
+    three slots at (1,1), (1,2) and (2,2) with speeds of the measured model.
+
+    Observations come from the measured speed model, so heuristics that learn from
+    history (Optimus) have real fitting work to do.
+    """
+    from dl2ray.experiments import _speed_model
+    from dl2ray.sim import LOSS_FLOOR
+    from dl2ray.speed import spread_layout
+
+    rng = np.random.default_rng(seed)
+    cat = cfg.catalogue
+    speed = _speed_model(cfg)
+    capacity = np.tile(cfg.cluster.capacity[:1], (nodes, 1))
+    capacity.setflags(write=False)
+    gap = 1.0 / cfg.sim.convergence_gap - 1.0
+    views = []
+    for j in range(jobs):
+        ti = int(rng.integers(len(cat)))
+        jt = cat.types[ti]
+        epochs = jt.base_epochs * rng.uniform(0.9, 1.1)
+        done, hist = 0.0, []
+        for s, (p, w) in enumerate(((1, 1), (1, 2), (2, 2))):
+            e = speed.epochs_per_second(ti, spread_layout(w, p)) * cfg.sim.slot_seconds * 0.2
+            done += e
+            loss = 1.0 / (gap / epochs * done + 1.0) + LOSS_FLOOR
+            hist.append(Observation(s, p, w, e, cfg.sim.slot_seconds, loss))
+        views.append(JobView(
+            job_id=j, job_type=jt.name, type_index=ti, arrival_slot=0, slots_run=3,
+            est_epochs=epochs, done_epochs=done, workers=2, ps=2, worker_nodes=(), ps_nodes=(),
+            worker_demand=cat.worker_demand[ti], ps_demand=cat.ps_demand[ti],
+            max_workers=jt.max_workers, max_ps=jt.max_ps, history=tuple(hist),
+        ))
+    return ClusterView(3, cfg.sim.slot_seconds, capacity, capacity, tuple(views), cat,
+                       cfg.cluster.placement)
+
+
+@app.command("round")
+def bench_round(
+    scheduler: str = "optimus",
+    jobs: Annotated[int, typer.Option(min=1)] = 4000,
+    nodes: Annotated[int, typer.Option(min=1)] = 10000,
+    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    seed: int = 0,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Seconds for one scheduling decision at scale (median of ``repeats``)."""
+    from dl2ray.schedulers.base import make_scheduler
+
+    cfg = load_config(config)
+    view = synthetic_view(cfg, jobs, nodes, seed)
+    times, tasks = [], 0
+    for _ in range(repeats):
+        sched = make_scheduler(scheduler, cfg)
+        t0 = time.perf_counter()
+        alloc = sched.decide(view)
+        times.append(time.perf_counter() - t0)
+        tasks = sum(t.workers + t.ps for t in alloc.tasks.values())
+    if tasks == 0:
+        raise UserError("the scheduler allocated nothing; the benchmark would be meaningless")
+    _emit({"bench": "round", "scheduler": scheduler, "jobs": jobs, "nodes": nodes,
+           "tasks_placed": tasks, "seconds": round(statistics.median(times), 4),
+           "repeats": repeats}, json_out)

@@ -1,0 +1,64 @@
+"""Human-facing output: rich tables on stderr/stdout and the JCT CDF plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from dl2ray.experiments import Comparison
+
+
+def comparison_table(comp: Comparison) -> Table:
+    table = Table(title=f"{comp.config}: {len(comp.seeds)} trace(s), mean ± 95% CI")
+    for col in ("scheduler", "avg JCT (slots)", "median", "p95", "makespan", "GPU util",
+                "queue delay", "done", "avg JCT / DRF"):
+        table.add_column(col, justify="right" if col != "scheduler" else "left")
+    for row in comp.summary():
+        ratio = row.get("avg_jct_vs_drf")
+        table.add_row(
+            row["scheduler"],
+            f"{row['avg_jct']:.2f} ± {row['avg_jct_ci95']:.2f}",
+            f"{row['median_jct']:.2f}",
+            f"{row['p95_jct']:.2f}",
+            f"{row['makespan']:.1f}",
+            f"{row['gpu_util']:.2f}",
+            f"{row['queueing_delay']:.2f}",
+            f"{row['completed']:.0f}/{row['jobs']:.0f}",
+            "-" if ratio is None else f"{ratio:.3f}",
+        )
+    return table
+
+
+def print_table(comp: Comparison, console: Console | None = None) -> None:
+    (console or Console()).print(comparison_table(comp))
+
+
+def plot_jct_cdf(comp: Comparison, path: str | Path) -> Path:
+    """One CDF of job completion times (hours, pooled over traces) per scheduler."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, runs in comp.runs.items():
+        jct = np.sort([v for r in runs for v in r.jct.values()])
+        if len(jct) == 0:
+            continue
+        hours = jct * comp.slot_seconds / 3600.0
+        ax.step(hours, np.arange(1, len(hours) + 1) / len(hours), where="post", label=name)
+    ax.set_xlabel("job completion time (hours)")
+    ax.set_ylabel("CDF")
+    ax.set_title(f"JCT CDF — {comp.config}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
