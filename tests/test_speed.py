@@ -1,0 +1,101 @@
+"""Speed models: the fit on the real measurements, the shipped surfaces, the analytic model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS
+from dl2ray import speed
+from dl2ray.speed import (
+    SpeedModel,
+    analytic_iteration_time,
+    fit_optimus_speed,
+    layout_of,
+    optimus_speed,
+    spread_layout,
+)
+
+
+def test_fit_on_real_measurements(measurements_file):
+    ms = speed.parse_measurements(measurements_file)
+    assert len(ms) == 803 - 8  # eight all-zero records are missing, not zero
+    surfaces = speed.fit_surfaces(ms)
+    assert set(surfaces) == {
+        "resnet-50", "vgg-16", "resnext-110", "inception-bn", "seq2seq",
+        "cnn-text-classification", "dssm", "wlm",
+    }
+    for name, surf in surfaces.items():
+        pts = [m for m in ms if m.model == name]
+        assert speed.surface_rel_error(surf, pts) < 0.1, name
+        assert (np.diff(surf.speed, axis=0) >= 0).all(), f"{name}: not monotone in PS"
+        assert (surf.speed > 0).all()
+    opt = speed.fit_optimus_all(ms)
+    for name, fit in opt.items():
+        assert min(fit["theta"]) >= 0
+        assert fit["mean_rel_error"] > speed.surface_rel_error(
+            surfaces[name], [m for m in ms if m.model == name]
+        )
+
+
+def test_shipped_surfaces_are_what_fit_speed_derives(measurements_file):
+    fresh = speed.fit_surfaces(speed.parse_measurements(measurements_file))
+    shipped = speed.load_surfaces(CONFIGS / "speed")
+    for name, surf in fresh.items():
+        np.testing.assert_allclose(shipped[name].speed, surf.speed, atol=1e-3)
+
+
+def test_malformed_measurement_line_is_named(tmp_path):
+    path = tmp_path / "m.txt"
+    path.write_text("('resnet-50', 'dist_sync', 32, 1, 1, [15.7], [1.9], [0.5])\n(oops\n")
+    with pytest.raises(ValueError, match=r"m\.txt:2: malformed"):
+        speed.parse_measurements(path)
+
+
+def test_optimus_nnls_recovers_its_own_form():
+    theta = np.array([0.001, 0.05, 0.02, 0.003, 0.001])
+    ps, w = np.meshgrid(np.arange(1, 6), np.arange(1, 6))
+    ps, w = ps.ravel(), w.ravel()
+    batch = np.full_like(ps, 32)
+    s = optimus_speed(theta, ps, w, batch)
+    fitted = fit_optimus_speed(ps, w, batch, s)
+    # With a fixed per-worker batch, M/w is constant: θ0 and θ1 are only
+    # identified together, the speeds they predict exactly.
+    assert (fitted >= 0).all()
+    np.testing.assert_allclose(fitted[2:], theta[2:], rtol=1e-6)
+    np.testing.assert_allclose(optimus_speed(fitted, ps, w, batch), s, rtol=1e-6)
+
+
+def test_analytic_model_by_hand(testbed):
+    jt = testbed.catalogue.get("resnet-50")
+    # 1 worker, 1 PS on different nodes: 2·M bytes cross one link.
+    assert analytic_iteration_time(jt, spread_layout(1, 1)) == pytest.approx(
+        0.449 + 2 * 102.2 / 91.875
+    )
+    # Same node: intra-node bandwidth only.
+    assert analytic_iteration_time(jt, layout_of((0,), (0,))) == pytest.approx(
+        0.449 + 2 * 102.2 / 306.5
+    )
+
+
+def test_placement_factor_favours_colocation(testbed, speed_model: SpeedModel):
+    i = testbed.catalogue.index("resnet-50")
+    spread = speed_model.batches_per_second(i, spread_layout(2, 2))
+    together = speed_model.batches_per_second(i, layout_of((0, 0), (0, 0)))
+    assert spread == pytest.approx(testbed.catalogue and speed_model.surfaces["resnet-50"](2, 2))
+    assert together > spread
+
+
+def test_analytic_model_needs_no_surfaces(testbed):
+    m = SpeedModel(testbed.catalogue, None, model="analytic")
+    assert m.epochs_per_second(0, spread_layout(1, 1)) > 0
+    with pytest.raises(ValueError, match="no measured speed surface"):
+        SpeedModel(testbed.catalogue, {}, model="measured")
+
+
+def test_surfaces_file_schema_version_is_checked(tmp_path):
+    (tmp_path / "surfaces.json").write_text(json.dumps({"schema_version": 99, "models": {}}))
+    with pytest.raises(ValueError, match="schema_version"):
+        speed.load_surfaces(tmp_path)
