@@ -1,0 +1,212 @@
+"""Real-trace importers: cluster job logs → DL jobs of the catalogue.
+
+Each format reader yields :class:`RawJob` records (submit time, duration, GPU
+count) after its filter; :func:`to_trace` then maps every record to a job with
+one documented, seeded rule:
+
+1. Records are sorted by submit time (ties: file order); ``max_jobs`` keeps
+   the first N. Job ids are 0..N-1 in that order.
+2. ``arrival_slot = floor((submit_s - first_submit_s) × time_scale / slot_seconds)``.
+3. The job type is drawn uniformly from ``types`` (default: the catalogue)
+   with the first child of ``SeedSequence(seed)``.
+4. ``true_epochs = nominal_bps(type, g', g') × duration_s × time_scale /
+   batches_per_epoch`` with ``g' = clamp(g, 1, min(max_workers, max_ps))``:
+   with g' PS and g' workers (one PS per worker) at the measured speed the
+   job would run for the record's (scaled) duration.
+5. ``est_epochs = true × (1 + U(-e, e))`` with the second child stream.
+
+Formats (CSV with a header; see ``docs/traces.md``):
+
+- ``philly``: ``timestamp,duration,num_gpus,gpu_time,cluster``; keeps
+  ``num_gpus ≥ 1`` and ``duration > 0``; ``cluster`` filters the virtual cluster.
+- ``alibaba-gpu-2023``: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,
+  qos,pod_phase,creation_time,deletion_time,scheduled_time``; keeps
+  ``num_gpu ≥ 1`` with ``deletion_time - scheduled_time > 0``, skipping pods
+  whose ``scheduled_time`` or ``deletion_time`` is empty or 0; submit =
+  ``creation_time``.
+- ``helios``: ``job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,
+  start_time,end_time,duration,queue``; keeps ``gpu_num ≥ 1`` and
+  ``duration > 0``; ``cluster`` filters ``vc``; ``submit_time`` in seconds
+  or as ``YYYY-MM-DD HH:MM:SS``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dl2ray.speed import SpeedModel
+from dl2ray.traces import TraceError
+from dl2ray.traces.csvfile import CsvRecords
+from dl2ray.traces.generate import build_jobs, estimate_epochs
+from dl2ray.workload import JobType, Trace
+
+
+@dataclass(frozen=True, slots=True)
+class RawJob:
+    """One kept record: submit time (s, any origin), run time (s), GPUs, file line."""
+
+    submit_s: float
+    duration_s: float
+    gpus: int
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImportOptions:
+    """How records become jobs (see the module docstring for the rule).
+
+    ``slot_seconds``: slot length, s. ``time_scale``: multiplies every time of
+    the trace (0.1 = ten times faster). ``max_jobs``: keep the first N after
+    filtering (None = all). ``cluster``: virtual cluster to keep (None = all).
+    ``seed``: seeds job types and estimate errors. ``epoch_error``: e in
+    [0, 1). ``types``: job-type names to draw from (None = whole catalogue).
+    """
+
+    slot_seconds: float = 1200.0
+    time_scale: float = 1.0
+    max_jobs: int | None = None
+    cluster: str | None = None
+    seed: int = 0
+    epoch_error: float = 0.0
+    types: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("slot-seconds", self.slot_seconds > 0 and math.isfinite(self.slot_seconds), "> 0"),
+            ("time-scale", self.time_scale > 0 and math.isfinite(self.time_scale), "> 0"),
+            ("max-jobs", self.max_jobs is None or self.max_jobs >= 1, ">= 1"),
+            ("seed", self.seed >= 0, ">= 0"),
+            ("epoch-error", 0.0 <= self.epoch_error < 1.0, "in [0, 1)"),
+            ("types", self.types is None or len(self.types) > 0, "non-empty"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                raise TraceError(f"--{name}: {getattr(self, name.replace('-', '_'))} must be {want}")
+
+
+# -- format readers ---------------------------------------------------------------------
+
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+ALIBABA_COLUMNS = (
+    "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec",
+    "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time",
+)  # fmt: skip
+HELIOS_COLUMNS = (
+    "job_id", "user", "vc", "gpu_num", "cpu_num", "node_num",
+    "state", "submit_time", "start_time", "end_time", "duration", "queue",
+)  # fmt: skip
+
+
+def read_philly(path: str | Path, cluster: str | None) -> list[RawJob]:
+    """Philly jobs with ``num_gpus ≥ 1`` and ``duration > 0`` (s), optionally one cluster."""
+    csv = CsvRecords(path, PHILLY_COLUMNS)
+    out: list[RawJob] = []
+    for line, row in csv:
+        submit = csv.datetime_s(line, row, "timestamp")
+        duration = csv.number(line, row, "duration")
+        gpus = csv.integer(line, row, "num_gpus")
+        csv.number(line, row, "gpu_time")
+        if cluster is not None and csv.text(line, row, "cluster") != cluster:
+            continue
+        if gpus >= 1 and duration > 0:
+            out.append(RawJob(submit, duration, gpus, line))
+    return out
+
+
+def read_alibaba_gpu_2023(path: str | Path, cluster: str | None) -> list[RawJob]:
+    """GPU pods (``num_gpu ≥ 1``) that were scheduled and ran for a positive time (s)."""
+    if cluster is not None:
+        raise TraceError("--cluster: the alibaba-gpu-2023 format has no cluster column")
+    csv = CsvRecords(path, ALIBABA_COLUMNS)
+    out: list[RawJob] = []
+    for line, row in csv:
+        gpus = csv.integer(line, row, "num_gpu")
+        created = csv.number(line, row, "creation_time")
+        scheduled = csv.number(line, row, "scheduled_time", empty=0.0)
+        deleted = csv.number(line, row, "deletion_time", empty=0.0)
+        if gpus >= 1 and scheduled > 0 and deleted > 0 and deleted - scheduled > 0:
+            out.append(RawJob(created, deleted - scheduled, gpus, line))
+    return out
+
+
+def read_helios(path: str | Path, cluster: str | None) -> list[RawJob]:
+    """Helios jobs with ``gpu_num ≥ 1`` and ``duration > 0`` (s), optionally one ``vc``."""
+    csv = CsvRecords(path, HELIOS_COLUMNS)
+    out: list[RawJob] = []
+    for line, row in csv:
+        gpus = csv.integer(line, row, "gpu_num")
+        submit = csv.time_s(line, row, "submit_time")
+        duration = csv.number(line, row, "duration")
+        if cluster is not None and csv.text(line, row, "vc") != cluster:
+            continue
+        if gpus >= 1 and duration > 0:
+            out.append(RawJob(submit, duration, gpus, line))
+    return out
+
+
+Reader = Callable[[str | Path, str | None], list[RawJob]]
+
+FORMATS: dict[str, Reader] = {
+    "philly": read_philly,
+    "alibaba-gpu-2023": read_alibaba_gpu_2023,
+    "helios": read_helios,
+}
+
+
+# -- the mapping rule -------------------------------------------------------------------
+
+
+def one_ps_per_worker_gpus(jt: JobType, gpus: int) -> int:
+    """``g' = clamp(g, 1, min(max_workers, max_ps))``."""
+    return max(1, min(gpus, jt.max_workers, jt.max_ps))
+
+
+def record_epochs(speed: SpeedModel, type_index: int, job: RawJob, time_scale: float) -> float:
+    """Epochs the job trains so that with g' PS and g' workers it runs ``duration × time_scale`` s."""
+    jt = speed.catalogue.types[type_index]
+    g = one_ps_per_worker_gpus(jt, job.gpus)
+    bps = speed.nominal_batches_per_second(type_index, ps=g, workers=g)
+    return bps * job.duration_s * time_scale / jt.batches_per_epoch
+
+
+def to_trace(records: list[RawJob], speed: SpeedModel, options: ImportOptions) -> Trace:
+    """Map kept records to jobs (rule in the module docstring); TraceError if none are left."""
+    if not records:
+        raise TraceError("no jobs left after filtering")
+    kept = sorted(records, key=lambda r: (r.submit_s, r.line))[: options.max_jobs]
+    catalogue = speed.catalogue
+    names = options.types if options.types is not None else catalogue.names
+    for name in names:
+        if name not in catalogue.names:
+            raise TraceError(f"types: unknown job type {name!r}; known: {list(catalogue.names)}")
+    rng_type, rng_error = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(options.seed).spawn(2)
+    )
+    type_idx = rng_type.integers(0, len(names), size=len(kept))
+    first = kept[0].submit_s
+    scale = options.time_scale
+    slots = np.array([math.floor((r.submit_s - first) * scale / options.slot_seconds) for r in kept])
+    cat_idx = [catalogue.index(names[int(t)]) for t in type_idx]
+    true_epochs = np.array(
+        [record_epochs(speed, c, r, scale) for c, r in zip(cat_idx, kept, strict=True)]
+    )
+    est_epochs = estimate_epochs(true_epochs, options.epoch_error, rng_error)
+    return build_jobs(names, slots, type_idx, true_epochs, est_epochs)
+
+
+def import_trace(fmt: str, path: str | Path, speed: SpeedModel, options: ImportOptions) -> Trace:
+    """Read ``path`` in format ``fmt`` (a key of :data:`FORMATS`) and map it to a trace."""
+    try:
+        reader = FORMATS[fmt]
+    except KeyError:
+        raise TraceError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}") from None
+    records = reader(path, options.cluster)
+    if not records:
+        where = "" if options.cluster is None else f" in cluster {options.cluster!r}"
+        raise TraceError(f"{path}: no jobs left after filtering{where}")
+    return to_trace(records, speed, options)
