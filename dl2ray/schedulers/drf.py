@@ -21,6 +21,9 @@ class DRF:
     def decide(self, view: ClusterView) -> Allocation:
         placer = view.placer()
         total = view.total_capacity
+        # Shares grow linearly with bundles: k bundles hold k × the share of one.
+        per_bundle = [dominant_share(j, 1, 1, total) for j in view.jobs]
+        bundles = [0] * len(view.jobs)
         queue = [(0.0, j.arrival_slot, j.job_id, i) for i, j in enumerate(view.jobs)]
         heapq.heapify(queue)
         while queue:
@@ -28,7 +31,7 @@ class DRF:
             job = view.jobs[i]
             if not placer.place_bundle(job_id, job.worker_demand, job.ps_demand):
                 continue
-            w, p = placer.tasks(job_id)
-            if w < job.max_workers and p < job.max_ps:
-                heapq.heappush(queue, (dominant_share(job, w, p, total), arrival, job_id, i))
+            bundles[i] += 1
+            if bundles[i] < min(job.max_workers, job.max_ps):
+                heapq.heappush(queue, (bundles[i] * per_bundle[i], arrival, job_id, i))
         return placer.allocation()

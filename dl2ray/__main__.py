@@ -1,0 +1,5 @@
+"""``python -m dl2ray`` is the ``dl2ray`` command."""
+
+from dl2ray.cli import main
+
+main()
