@@ -1,0 +1,100 @@
+"""``dl2ray trace ...`` through the real entry point: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dl2ray.cli import main
+from dl2ray.traces.parquet import read_trace, read_trace_meta
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``dl2ray ARGV`` in-process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def test_import_then_describe(samples, tmp_path, capsys, testbed) -> None:
+    out = tmp_path / "p.parquet"
+    argv = ["trace", "import", "--format", "philly", str(samples / "philly_small.csv"),
+            "--out", str(out), "--cluster", "6214e9", "--slot-seconds", "600", "--seed", "4"]  # fmt: skip
+    code, stdout, _ = run(argv, capsys)
+    assert code == 0, stdout
+    assert "wrote 4 jobs" in stdout
+    assert [j.arrival_slot for j in read_trace(out, testbed.catalogue)] == [0, 1, 12, 144]
+    meta = read_trace_meta(out)
+    assert meta.slot_seconds == 600.0
+    assert meta.source.startswith("philly:philly_small.csv cluster=6214e9")
+
+    code, stdout, _ = run(["trace", "describe", str(out), "--json"], capsys)
+    assert code == 0
+    summary = json.loads(stdout)
+    assert summary["jobs"] == 4 and summary["span_slots"] == 145
+
+    code, stdout, _ = run(["trace", "describe", str(out)], capsys)
+    assert code == 0
+    assert "span_slots" in stdout and "145" in stdout
+
+
+def test_generate_is_seeded(tmp_path, capsys, testbed) -> None:
+    paths = [tmp_path / f"g{i}.parquet" for i in range(3)]
+    for path, seed in zip(paths, [1, 1, 2], strict=True):
+        code, stdout, _ = run(["trace", "generate", "--seed", str(seed), "--out", str(path)], capsys)
+        assert code == 0 and "wrote 30 jobs" in stdout
+    a, b, c = (read_trace(p, testbed.catalogue) for p in paths)
+    assert a == b != c
+    assert read_trace_meta(paths[0]).source == "generate:testbed seed=1"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["trace", "import", "--format", "philly", "missing.csv", "--out", "x.parquet"],
+         "missing.csv: cannot read trace"),
+        (["trace", "import", "--format", "slurm", "f.csv", "--out", "x.parquet"],
+         "--format: unknown format 'slurm'"),
+        (["trace", "import", "--format", "philly", "f.csv", "--out", "x.parquet",
+          "--epoch-error", "1.5"], "--epoch-error"),
+        (["trace", "describe", "missing.parquet"], "missing.parquet: no such trace file"),
+        (["trace", "generate", "--config", "missing.yaml", "--out", "x.parquet"],
+         "missing.yaml: cannot read config"),
+    ],
+)  # fmt: skip
+def test_user_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = run(argv, capsys)
+    assert code == 2
+    assert message in stderr
+    assert "Traceback" not in stderr
+
+
+def test_malformed_csv_exit_2(samples, tmp_path, capsys) -> None:
+    bad = tmp_path / "h.csv"
+    lines = (samples / "helios_small.csv").read_text().splitlines()
+    lines[2] = lines[2].replace(",4,1,", ",four,1,")  # cpu_num is unused; still a valid row
+    lines[3] = lines[3].replace(",8,48,", ",eight,48,")
+    bad.write_text("\n".join(lines) + "\n")
+    argv = ["trace", "import", "--format", "helios", str(bad), "--out", str(tmp_path / "o.parquet")]
+    code, _, stderr = run(argv, capsys)
+    assert code == 2
+    assert f"{bad}:4: field 'gpu_num'" in stderr
+
+
+def test_console_entry_point_subprocess(samples, tmp_path) -> None:
+    out = tmp_path / "a.parquet"
+    cmd = [sys.executable, "-c", "from dl2ray.cli import main; main()", "trace", "import",
+           "--format", "alibaba-gpu-2023", str(samples / "alibaba_gpu_2023_small.csv"),
+           "--out", str(out), "--cluster", "x"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --cluster")
+    assert "Traceback" not in proc.stderr

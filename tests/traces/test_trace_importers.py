@@ -1,0 +1,190 @@
+"""Importers on the shipped samples: filters, ids, slots, the epochs rule, errors, seeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dl2ray.speed import SpeedModel
+from dl2ray.traces import TraceError
+from dl2ray.traces.importers import FORMATS, ImportOptions, import_trace
+
+SAMPLE = {
+    "philly": "philly_small.csv",
+    "alibaba-gpu-2023": "alibaba_gpu_2023_small.csv",
+    "helios": "helios_small.csv",
+}
+# Kept records, sorted by submit time: (arrival slot at 1200 s, duration s, GPUs).
+EXPECTED = {
+    "philly": [
+        (0, 3600.0, 4), (0, 2951.0, 1), (2, 300.0, 1), (3, 66.0, 1),
+        (6, 7200.0, 2), (6, 600.0, 32), (72, 86400.0, 8),
+    ],
+    "alibaba-gpu-2023": [(0, 11900.0, 1), (1, 3200.0, 8), (2, 6550.0, 1)],
+    "helios": [(0, 3600.0, 1), (1, 7200.0, 2), (6, 1800.0, 16)],
+}  # fmt: skip
+SURFACES = Path(__file__).resolve().parents[2] / "configs" / "speed" / "surfaces.json"
+
+
+def expected_epochs(job_type: str, gpus: int, duration_s: float, speed: SpeedModel) -> float:
+    """The documented rule, computed from the raw surfaces file."""
+    jt = speed.catalogue.get(job_type)
+    g = max(1, min(gpus, jt.max_workers, jt.max_ps))
+    grid = json.loads(SURFACES.read_text())["models"][job_type]["speed"]
+    row = grid[min(g, len(grid)) - 1]
+    return row[min(g, len(row)) - 1] * duration_s / jt.batches_per_epoch
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_sample_imports_with_the_documented_rule(fmt, samples, speed_model, check_trace) -> None:
+    trace = import_trace(fmt, samples / SAMPLE[fmt], speed_model, ImportOptions())
+    check_trace(trace, speed_model.catalogue)
+    expected = EXPECTED[fmt]
+    assert len(trace) == len(expected)  # the filtered rows are gone
+    assert [j.arrival_slot for j in trace] == [e[0] for e in expected]
+    for job, (_, duration, gpus) in zip(trace, expected, strict=True):
+        want = expected_epochs(job.job_type, gpus, duration, speed_model)
+        assert job.true_epochs == pytest.approx(want, rel=1e-12)
+        assert job.est_epochs == job.true_epochs
+
+
+def test_one_record_by_hand(samples, speed_model) -> None:
+    """Philly's first job: 4 GPUs for 3600 s, time scale 0.5 → 1800 s at (4 PS, 4 workers)."""
+    opts = ImportOptions(time_scale=0.5, seed=5)
+    job = import_trace("philly", samples / SAMPLE["philly"], speed_model, opts)[0]
+    jt = speed_model.catalogue.get(job.job_type)
+    bps = speed_model.surfaces[job.job_type].speed[3, 3]  # speed[ps-1, workers-1]
+    assert job.true_epochs == pytest.approx(bps * 1800.0 / jt.batches_per_epoch)
+
+
+def test_time_scale_compresses_arrivals(samples, speed_model) -> None:
+    trace = import_trace(
+        "philly", samples / SAMPLE["philly"], speed_model, ImportOptions(time_scale=0.1)
+    )
+    # 86400 s × 0.1 / 1200 s = 7.2 → slot 7; 7200 × 0.1 / 1200 = 0.6 → slot 0.
+    assert [j.arrival_slot for j in trace] == [0, 0, 0, 0, 0, 0, 7]
+
+
+@pytest.mark.parametrize("fmt, cluster, n", [("philly", "6214e9", 4), ("helios", "vcA", 2)])
+def test_cluster_filter(fmt, cluster, n, samples, speed_model, check_trace) -> None:
+    trace = import_trace(fmt, samples / SAMPLE[fmt], speed_model, ImportOptions(cluster=cluster))
+    check_trace(trace, speed_model.catalogue)
+    assert len(trace) == n
+
+
+def test_cluster_filter_philly_slots(samples, speed_model) -> None:
+    opts = ImportOptions(cluster="6214e9")
+    trace = import_trace("philly", samples / SAMPLE["philly"], speed_model, opts)
+    assert [j.arrival_slot for j in trace] == [0, 0, 6, 72]
+
+
+def test_cluster_is_rejected_for_alibaba(samples, speed_model) -> None:
+    with pytest.raises(TraceError, match="--cluster"):
+        path = samples / SAMPLE["alibaba-gpu-2023"]
+        import_trace("alibaba-gpu-2023", path, speed_model, ImportOptions(cluster="x"))
+
+
+def test_unknown_cluster_leaves_no_jobs(samples, speed_model) -> None:
+    with pytest.raises(TraceError, match="no jobs left"):
+        opts = ImportOptions(cluster="nope")
+        import_trace("philly", samples / SAMPLE["philly"], speed_model, opts)
+
+
+def test_max_jobs_keeps_the_first(samples, speed_model) -> None:
+    path = samples / SAMPLE["philly"]
+    full = import_trace("philly", path, speed_model, ImportOptions(seed=3))
+    head = import_trace("philly", path, speed_model, ImportOptions(seed=3, max_jobs=3))
+    assert head == full[:3]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_seed_determinism(fmt, samples, speed_model) -> None:
+    path = samples / SAMPLE[fmt]
+    opts = ImportOptions(seed=11, epoch_error=0.3)
+    a = import_trace(fmt, path, speed_model, opts)
+    assert import_trace(fmt, path, speed_model, opts) == a
+    ratios = np.array([j.est_epochs / j.true_epochs for j in a])
+    assert np.all((ratios >= 0.7) & (ratios <= 1.3))
+    others = [import_trace(fmt, path, speed_model, ImportOptions(seed=s)) for s in range(5)]
+    assert any([j.job_type for j in o] != [j.job_type for j in a] for o in others)
+
+
+def test_types_subset(samples, speed_model) -> None:
+    opts = ImportOptions(types=("dssm",))
+    trace = import_trace("philly", samples / SAMPLE["philly"], speed_model, opts)
+    assert {j.job_type for j in trace} == {"dssm"}
+
+
+# -- malformed input -------------------------------------------------------------------
+
+
+def corrupt(samples: Path, tmp_path: Path, fmt: str, line: int, text: str) -> Path:
+    """The sample with physical line ``line`` (1 = header) replaced by ``text``."""
+    lines = (samples / SAMPLE[fmt]).read_text().splitlines()
+    lines[line - 1] = text
+    out = tmp_path / SAMPLE[fmt]
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+MALFORMED = [
+    ("philly", 3, "2017-10-09 06:13:03,abc,1,2951.0,6214e9", "'duration'"),
+    ("philly", 4, "2017-10-09 6:00,3600.0,4,14400.0,6214e9", "'timestamp'"),
+    ("philly", 5, "2017-10-09 06:20:00,0.0,1,0.0", "'cluster'"),
+    ("philly", 6, "2017-10-09 06:30:00,1200.0,1.5,0.0,6214e9", "'num_gpus'"),
+    ("alibaba-gpu-2023", 3, "openb-pod-0001,6000,12288,x,0,,BE,Running,50,5000,60", "'num_gpu'"),
+    ("alibaba-gpu-2023", 4, "openb-pod-0002,8000,30000,2,1000,V100M32,LS,Succeeded,,4000,",
+     "'creation_time'"),
+    ("alibaba-gpu-2023", 2, "openb-pod-0000,12000,16384,1,1000", "'gpu_spec'"),
+    ("helios", 3, "j2,u2,vcB,0,4,1,COMPLETED,yesterday,,,60,0", "'submit_time'"),
+    ("helios", 5, "j4,u3,vcB,2,12,1,COMPLETED,2020-04-01 00:20:00,,,nan,0", "'duration'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt, line, text, field", MALFORMED)
+def test_malformed_row_names_file_line_field(fmt, line, text, field, samples, tmp_path, speed_model):
+    path = corrupt(samples, tmp_path, fmt, line, text)
+    with pytest.raises(TraceError) as err:
+        import_trace(fmt, path, speed_model, ImportOptions())
+    message = str(err.value)
+    assert f"{path}:{line}:" in message
+    assert field in message
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_wrong_header(fmt, samples, tmp_path, speed_model) -> None:
+    header = (samples / SAMPLE[fmt]).read_text().splitlines()[0]
+    path = corrupt(samples, tmp_path, fmt, 1, header.replace("_", "-").replace("duration", "dur"))
+    with pytest.raises(TraceError, match=f"{path}:1: header lacks"):
+        import_trace(fmt, path, speed_model, ImportOptions())
+
+
+def test_extra_field_is_rejected(samples, tmp_path, speed_model) -> None:
+    path = corrupt(samples, tmp_path, "philly", 2, "2017-10-09 07:01:55,66.0,1,66.0,11cb48,x")
+    with pytest.raises(TraceError, match=r":2: 6 fields, expected 5"):
+        import_trace("philly", path, speed_model, ImportOptions())
+
+
+def test_missing_file_and_unknown_format(tmp_path, speed_model) -> None:
+    with pytest.raises(TraceError, match="cannot read trace"):
+        import_trace("philly", tmp_path / "none.csv", speed_model, ImportOptions())
+    with pytest.raises(TraceError, match="unknown format"):
+        import_trace("sge", tmp_path / "none.csv", speed_model, ImportOptions())
+
+
+@pytest.mark.parametrize(
+    "kwargs, option",
+    [
+        ({"slot_seconds": 0.0}, "--slot-seconds"),
+        ({"time_scale": -1.0}, "--time-scale"),
+        ({"max_jobs": 0}, "--max-jobs"),
+        ({"epoch_error": 1.0}, "--epoch-error"),
+        ({"seed": -1}, "--seed"),
+    ],
+)
+def test_bad_options(kwargs, option) -> None:
+    with pytest.raises(TraceError, match=option):
+        ImportOptions(**kwargs)
