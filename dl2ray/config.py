@@ -156,6 +156,40 @@ class SimConfig(_Frozen):
         }[self.change_cost]
 
 
+class PolicyConfig(_Frozen):
+    """The DL2 policy network, its supervised warm-start and (later) its RL.
+
+    State and action shapes follow from ``window`` (J) and the catalogue (L
+    types): state ``J·(L+5)`` floats, actions ``3J+1`` (see
+    :mod:`dl2ray.policy.encoding`).
+    """
+
+    window: int = Field(default=20, ge=1, description="J: jobs per decision window (state columns)")
+    hidden: tuple[int, ...] = Field(
+        default=(256, 128), min_length=1, description="hidden layer widths of policy and value nets"
+    )
+    slots_run_scale: float = Field(
+        default=100.0, gt=0, description="state: slots run / this, clipped to [0, 1]"
+    )
+    teacher: str = Field(default="drf", description="SL teacher: any registered heuristic name")
+    sl_lr: float = Field(default=0.005, gt=0, description="SL Adam learning rate")
+    sl_epochs: int = Field(default=10, ge=1, description="SL passes over the recorded steps")
+    sl_batch_size: int = Field(default=256, ge=1, description="SL minibatch, decision steps")
+    sl_traces: int = Field(default=20, ge=1, description="SL training traces (training seed set)")
+    sl_val_traces: int = Field(default=4, ge=1, description="SL validation traces (validation seeds)")
+    sl_max_slots: int = Field(
+        default=400, ge=1, description="slots recorded per SL trace (the rest is not recorded)"
+    )
+    gamma: float = Field(default=0.9, ge=0, le=1, description="RL discount per slot")
+    entropy_weight: float = Field(default=0.1, ge=0, description="RL entropy bonus weight")
+    rl_lr: float = Field(default=1e-4, gt=0, description="RL Adam learning rate (policy and value)")
+    replay_size: int = Field(default=8192, ge=1, description="RL replay buffer, decision steps")
+    minibatch: int = Field(default=256, ge=1, description="RL minibatch, decision steps")
+    exploration_eps: float = Field(
+        default=0.2, ge=0, le=1, description="RL job-aware exploration: P(correcting a poor state)"
+    )
+
+
 class ExperimentConfig(_Frozen):
     """The whole experiment: one YAML file."""
 
@@ -165,6 +199,7 @@ class ExperimentConfig(_Frozen):
     workload: WorkloadConfig = WorkloadConfig()
     speed: SpeedConfig = SpeedConfig()
     sim: SimConfig = SimConfig()
+    policy: PolicyConfig = PolicyConfig()
     base_dir: str = Field(default=".", description="set by the loader: the config's folder")
 
     def resolve(self, relative: str) -> Path:
