@@ -87,7 +87,7 @@ def import_cmd(
 
 @app.command("generate")
 def generate_cmd(out: OutOpt, config: ConfigOpt = None, seed: SeedOpt = 0) -> None:
-    """Draw a synthetic trace from the config's ``workload`` group and write it as Parquet."""
+    """Draw a synthetic trace from the config's workload group and write it as Parquet."""
     from dl2ray.traces.generate import generate_trace
     from dl2ray.traces.parquet import write_trace
 
