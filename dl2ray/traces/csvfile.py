@@ -35,7 +35,7 @@ class CsvRecords:
 
     def __iter__(self) -> Iterator[tuple[int, Row]]:
         try:
-            with open(self.path, encoding="utf-8", newline="") as fh:
+            with open(self.path, encoding="utf-8-sig", newline="") as fh:
                 reader = csv.reader(fh)
                 yield from self._rows(reader)
         except OSError as exc:

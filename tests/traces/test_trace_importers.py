@@ -188,3 +188,9 @@ def test_missing_file_and_unknown_format(tmp_path, speed_model) -> None:
 def test_bad_options(kwargs, option) -> None:
     with pytest.raises(TraceError, match=option):
         ImportOptions(**kwargs)
+
+
+def test_byte_order_mark_is_tolerated(samples, tmp_path, speed_model) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (samples / SAMPLE["helios"]).read_bytes())
+    assert len(import_trace("helios", path, speed_model, ImportOptions())) == 3
