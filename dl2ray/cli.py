@@ -20,10 +20,17 @@ app = typer.Typer(
 )
 
 
+_registered: list[bool] = []
+
+
 def _register() -> None:
+    """Attach every command once (lazily, so importing this module stays cheap)."""
+    if _registered:
+        return
     from dl2ray.commands import register_all
 
     register_all(app)
+    _registered.append(True)
 
 
 def main(argv: list[str] | None = None) -> None:
