@@ -123,6 +123,14 @@ class Placer:
         key = (float(demand[0]), float(demand[1]), float(demand[2]))
         return not self._known_to_fail(key) and self._peek(key) is not None
 
+    def peek(self, demand: np.ndarray) -> int | None:
+        """The node :meth:`place` would choose for this demand now (None: none fits).
+
+        Places nothing; lets a scheduler score a candidate by its node (Tetris).
+        """
+        key = (float(demand[0]), float(demand[1]), float(demand[2]))
+        return None if self._known_to_fail(key) else self._choose(key)
+
     def allocation(self) -> Allocation:
         """The tasks placed so far as an Allocation with explicit placement."""
         tasks = {j: self.tasks(j) for j in self.job_ids()}
@@ -198,13 +206,13 @@ class OptimusPlacer(Placer):
     def __init__(self, capacity: np.ndarray, free: np.ndarray, demands: list[np.ndarray]) -> None:
         super().__init__(capacity, free, demands, sign=-1)
         self._initial_free = free.copy()
-        self._job_demands: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._job_demands: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
 
     def place(self, job_id: int, role: Role, demand: np.ndarray) -> int | None:
         node = super().place(job_id, role, demand)
         if node is not None:
-            pair = self._job_demands.get(job_id, (None, None))
-            self._job_demands[job_id] = (demand, pair[1]) if role == "worker" else (pair[0], demand)
+            wd, pd = self._job_demands.get(job_id, (None, None))
+            self._job_demands[job_id] = (demand, pd) if role == "worker" else (wd, demand)
         return node
 
     def allocation(self) -> Allocation:

@@ -72,10 +72,10 @@ class Comparison:
     slot_seconds: float
     runs: dict[str, list[RunOutcome]] = field(default_factory=dict)
 
-    def summary(self) -> list[dict]:
-        rows = []
+    def summary(self) -> list[dict[str, float | str]]:
+        rows: list[dict] = []
         for name, runs in self.runs.items():
-            row = {"scheduler": name, **aggregate([r.metrics for r in runs])}
+            row: dict = {"scheduler": name, **aggregate([r.metrics for r in runs])}
             rows.append(row)
         base = self.runs.get("drf")
         if base:
