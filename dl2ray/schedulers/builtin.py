@@ -12,3 +12,10 @@ def register_builtin() -> None:
         return lambda arg, cfg: DRF()
 
     register("drf", drf)
+
+    def dl2():
+        from dl2ray.schedulers.dl2 import DL2Scheduler
+
+        return lambda arg, cfg: DL2Scheduler(arg, cfg)
+
+    register("dl2", dl2)
