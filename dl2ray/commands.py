@@ -192,6 +192,7 @@ def demo(
 
 def register_all(app: typer.Typer) -> None:
     from dl2ray.bench import app as bench_app
+    from dl2ray.learn.cli import app as train_app
     from dl2ray.traces.cli import app as trace_app
 
     app.command()(simulate)
@@ -200,3 +201,4 @@ def register_all(app: typer.Typer) -> None:
     app.command()(demo)
     app.add_typer(trace_app, name="trace", help="Import, generate and describe traces.")
     app.add_typer(bench_app, name="bench", help="Benchmarks (print JSON).")
+    app.add_typer(train_app, name="train", help="Train the DL2 policy (supervised warm-start).")

@@ -1,0 +1,69 @@
+"""``dl2ray train ...``: the learners' command line (composition root for training runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from dl2ray.config import load_config
+from dl2ray.errors import UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+_err = Console(stderr=True)
+
+
+@app.command("sl")
+def train_sl(
+    out: Annotated[Path, typer.Option(help="checkpoint to write (its .json run record goes beside it)")],
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="experiment YAML")] = None,
+    teacher: Annotated[str | None, typer.Option(help="heuristic to imitate (default policy.teacher)")] = None,
+    traces: Annotated[int | None, typer.Option(min=1, help="training traces")] = None,
+    val_traces: Annotated[int | None, typer.Option(min=1, help="validation traces")] = None,
+    epochs: Annotated[int | None, typer.Option(min=1, help="default: policy.sl_epochs")] = None,
+    seed: Annotated[int, typer.Option(help="network init and shuffling seed")] = 0,
+    logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """Supervised warm-start: imitate a heuristic through the incremental decision loop."""
+    import torch
+
+    from dl2ray.learn.sl import SLRun, run_sl
+    from dl2ray.schedulers.base import make_scheduler, scheduler_names
+
+    cfg = load_config(config)
+    p = cfg.policy
+    name = (teacher or p.teacher).strip().lower()
+    if name.startswith("dl2") or name not in scheduler_names():
+        raise UserError(f"--teacher: {name!r} is not a heuristic; choose from "
+                        f"{[n for n in scheduler_names() if n != 'dl2']}")
+    make_scheduler(name, cfg)
+    if out.suffix != ".pt":
+        raise UserError(f"--out: {out}: expected a .pt checkpoint path")
+    run = SLRun(name, traces or p.sl_traces, val_traces or p.sl_val_traces, epochs or p.sl_epochs,
+                seed, p.sl_max_slots)
+    torch.set_num_threads(threads)
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=_err, transient=True, disable=not _err.is_terminal,
+    ) as bar:
+        tasks = {
+            "record": bar.add_task(f"recording {name}", total=run.traces + run.val_traces),
+            "train": bar.add_task("training", total=run.epochs),
+            "evaluate": bar.add_task("validation JCT", total=1),
+        }
+        _, _, result = run_sl(cfg, run, out, logdir or out.with_suffix(".tb"),
+                              lambda stage, n: bar.advance(tasks[stage], n))
+    doc = {"out": str(out), "teacher": name, "seed": seed, "samples": result.samples,
+           "val_accuracy": result.val_accuracy, "policy_avg_jct": result.jct["policy_avg_jct"],
+           "teacher_avg_jct": result.jct["teacher_avg_jct"], "jct_ratio": result.jct["ratio"]}
+    if json_out:
+        print(json.dumps(doc))
+    else:
+        for k, v in doc.items():
+            print(f"{k}: {v}")

@@ -1,0 +1,254 @@
+"""Supervised warm-start: imitate a heuristic's decisions through the incremental loop.
+
+1. **Record.** On each training trace the teacher (any registered heuristic;
+   DRF by default) drives the simulator; every slot's allocation is
+   decomposed into labelled ``(state, mask, action)`` steps, stop included
+   (:mod:`dl2ray.learn.teacher`). Validation traces are recorded the same way.
+2. **Train.** Cross-entropy of the masked policy logits against the teacher's
+   action (Adam, ``policy.sl_lr``), minibatches of ``policy.sl_batch_size``
+   steps shuffled by a generator seeded from the run's seed.
+3. **Report.** Per epoch: training loss and accuracy, validation loss and
+   accuracy (greedy masked action == teacher action). At the end: average JCT
+   of the greedy SL policy and of the teacher on the validation traces.
+
+Traces come only from :mod:`dl2ray.learn.seeds` (training for data,
+validation for the report); the run's ``seed`` drives network initialisation
+and shuffling only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn import seeds as seedsets
+from dl2ray.learn.teacher import decompose
+from dl2ray.policy.encoding import Encoding
+from dl2ray.policy.network import NumpyPolicy, PolicyNet, ValueNet, build_networks, save_checkpoint
+
+
+@dataclass
+class Dataset:
+    """Labelled decision steps: states (N, J·(L+5)) float32, masks (N, 3J+1) bool, actions (N,) int64."""
+
+    states: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+    short: int = 0  # teacher tasks the replay could not place (see dl2ray.learn.teacher)
+
+    def __len__(self) -> int:
+        return int(self.actions.shape[0])
+
+
+def record(
+    cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_slots: int,
+    on_trace: Callable[[], None] | None = None,
+) -> Dataset:
+    """Run ``teacher`` on each trace seed and decompose every slot (up to ``max_slots``)."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.schedulers.base import make_scheduler
+
+    enc = Encoding.from_config(cfg)
+    sim = build_simulator(cfg)
+    states, masks, actions, short = [], [], [], 0
+    for seed in trace_seeds:
+        sched = make_scheduler(teacher, cfg)
+        view = sim.reset(seed)
+        if hasattr(sched, "reset"):
+            sched.reset(seed)
+        for _ in range(max_slots):
+            if sim.done:
+                break
+            alloc = sched.decide(view)
+            dec = decompose(view, alloc, enc)
+            short += dec.short
+            for st in dec.decision.steps:
+                states.append(st.state)
+                masks.append(st.mask)
+                actions.append(st.action)
+            view = sim.step(alloc).view
+        if on_trace:
+            on_trace()
+    if not actions:
+        return Dataset(np.zeros((0, enc.state_dim), np.float32), np.zeros((0, enc.action_dim), bool),
+                       np.zeros(0, np.int64), short)
+    return Dataset(np.stack(states), np.stack(masks), np.asarray(actions, np.int64), short)
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    loss: float
+    accuracy: float
+    val_loss: float
+    val_accuracy: float
+
+
+def evaluate(policy: PolicyNet, data: Dataset, batch: int = 4096) -> tuple[float, float]:
+    """Mean cross-entropy and greedy-action accuracy of ``policy`` on ``data``."""
+    if len(data) == 0:
+        return float("nan"), float("nan")
+    loss, correct = 0.0, 0
+    with torch.inference_mode():
+        for lo in range(0, len(data), batch):
+            s = torch.from_numpy(data.states[lo:lo + batch])
+            m = torch.from_numpy(data.masks[lo:lo + batch])
+            a = torch.from_numpy(data.actions[lo:lo + batch])
+            logits = policy(s, m)
+            loss += float(F.cross_entropy(logits, a, reduction="sum"))
+            correct += int((logits.argmax(dim=1) == a).sum())
+    return loss / len(data), correct / len(data)
+
+
+def train(
+    policy: PolicyNet, data: Dataset, val: Dataset, lr: float, epochs: int, batch_size: int, seed: int,
+    on_epoch: Callable[[EpochStats], None] | None = None,
+) -> list[EpochStats]:
+    """Cross-entropy on masked logits with Adam; returns one row per epoch."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    states, masks = torch.from_numpy(data.states), torch.from_numpy(data.masks)
+    actions = torch.from_numpy(data.actions)
+    history = []
+    for epoch in range(1, epochs + 1):
+        policy.train()
+        total, correct = 0.0, 0
+        perm = torch.randperm(len(data), generator=gen)
+        for lo in range(0, len(data), batch_size):
+            idx = perm[lo:lo + batch_size]
+            logits = policy(states[idx], masks[idx])
+            loss = F.cross_entropy(logits, actions[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+            correct += int((logits.detach().argmax(dim=1) == actions[idx]).sum())
+        policy.eval()
+        vl, va = evaluate(policy, val)
+        row = EpochStats(epoch, total / max(len(data), 1), correct / max(len(data), 1), vl, va)
+        history.append(row)
+        if on_epoch:
+            on_epoch(row)
+    return history
+
+
+def compare_jct(cfg: ExperimentConfig, policy: PolicyNet, teacher: str, trace_seeds: Sequence[int]) -> dict:
+    """Average JCT (slots) of the greedy policy and of the teacher, per trace and overall."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.metrics import summarize_run
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.schedulers.dl2 import DL2Scheduler
+    from dl2ray.sim import run_episode
+
+    sim = build_simulator(cfg)
+    fast = NumpyPolicy.from_torch(policy)
+    per_trace = []
+    for seed in trace_seeds:
+        mine = summarize_run(run_episode(sim, DL2Scheduler.from_policy(fast), seed))
+        theirs = summarize_run(run_episode(sim, make_scheduler(teacher, cfg), seed))
+        per_trace.append({"seed": seed, "policy_avg_jct": mine["avg_jct"],
+                          "teacher_avg_jct": theirs["avg_jct"],
+                          "policy_completed": mine["completed"], "jobs": mine["jobs"]})
+    p = float(np.mean([r["policy_avg_jct"] for r in per_trace]))
+    t = float(np.mean([r["teacher_avg_jct"] for r in per_trace]))
+    return {"policy_avg_jct": p, "teacher_avg_jct": t, "ratio": p / t, "traces": per_trace}
+
+
+@dataclass
+class SLResult:
+    """What ``dl2ray train sl`` reports and writes next to the checkpoint (as JSON)."""
+
+    config_name: str
+    teacher: str
+    seed: int
+    train_seeds: list[int]
+    val_seeds: list[int]
+    samples: int
+    val_samples: int
+    short: int
+    history: list[EpochStats] = field(default_factory=list)
+    jct: dict = field(default_factory=dict)
+
+    @property
+    def val_accuracy(self) -> float:
+        return self.history[-1].val_accuracy if self.history else float("nan")
+
+
+@dataclass
+class SLRun:
+    """One supervised run's settings (CLI options over the config's ``policy`` group)."""
+
+    teacher: str
+    traces: int
+    val_traces: int
+    epochs: int
+    seed: int
+    max_slots: int
+
+
+def run_sl(
+    cfg: ExperimentConfig, run: SLRun, out: Path | None = None, logdir: Path | None = None,
+    progress: Callable[[str, int], None] | None = None,
+) -> tuple[PolicyNet, ValueNet, SLResult]:
+    """Record, train, report; with ``out``, save the checkpoint and ``out.json`` beside it.
+
+    ``progress(stage, advance)`` is called once per recorded trace and per epoch.
+    """
+    enc = Encoding.from_config(cfg)
+    tick = progress or (lambda stage, n: None)
+    train_seeds = seedsets.training(run.traces)
+    val_seeds = seedsets.validation(run.val_traces)
+    data = record(cfg, run.teacher, train_seeds, run.max_slots, lambda: tick("record", 1))
+    val = record(cfg, run.teacher, val_seeds, run.max_slots, lambda: tick("record", 1))
+    policy, value = build_networks(enc, cfg.policy.hidden, run.seed)
+    writer = _writer(logdir)
+
+    def on_epoch(row: EpochStats) -> None:
+        tick("train", 1)
+        if writer is not None:
+            for k in ("loss", "accuracy", "val_loss", "val_accuracy"):
+                writer.add_scalar(f"sl/{k}", getattr(row, k), row.epoch)
+
+    history = train(policy, data, val, cfg.policy.sl_lr, run.epochs, cfg.policy.sl_batch_size,
+                    run.seed, on_epoch)
+    jct = compare_jct(cfg, policy, run.teacher, val_seeds)
+    tick("evaluate", 1)
+    if writer is not None:
+        writer.add_scalar("sl/val_policy_avg_jct", jct["policy_avg_jct"], run.epochs)
+        writer.add_scalar("sl/val_teacher_avg_jct", jct["teacher_avg_jct"], run.epochs)
+        writer.close()
+    result = SLResult(cfg.name, run.teacher, run.seed, train_seeds, val_seeds, len(data), len(val),
+                      data.short, history, jct)
+    if out is not None:
+        save_checkpoint(out, policy, value, cfg.catalogue.names,
+                        extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
+        write_run_json(out.with_suffix(".json"), cfg, run, result)
+    return policy, value, result
+
+
+def write_run_json(path: Path, cfg: ExperimentConfig, run: SLRun, result: SLResult) -> None:
+    """The run's config, seed, seed sets and results, next to its checkpoint."""
+    doc = {
+        "kind": "sl",
+        "run": asdict(run),
+        "config": cfg.model_dump(mode="json"),
+        **{k: v for k, v in asdict(result).items() if k != "history"},
+        "history": [asdict(h) for h in result.history],
+        "val_accuracy": result.val_accuracy,
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def _writer(logdir: Path | None):
+    if logdir is None:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(logdir))
