@@ -122,3 +122,57 @@ def bench_round(
     _emit({"bench": "round", "scheduler": scheduler, "jobs": jobs, "nodes": nodes,
            "tasks_placed": tasks, "seconds": round(statistics.median(times), 4),
            "repeats": repeats}, json_out)
+
+
+@app.command("decide")
+def bench_decide(
+    config: Annotated[Path, typer.Option("--config", "-c")] = Path("configs/large.yaml"),
+    policy: Annotated[Path | None, typer.Option(help="checkpoint (default: a fresh network)")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="jobs in the view (one window of J by default)")] = 40,
+    sample: Annotated[bool, typer.Option("--sample/--greedy", help="sample actions (default greedy)")] = False,
+    seed: int = 0,
+    repeats: Annotated[int, typer.Option(min=1)] = 200,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Milliseconds for one whole slot's decision by the DL2 policy (all inferences until stop).
+
+    The view: the config's cluster run with DRF until at least ``jobs`` jobs are
+    present, cut to the first ``jobs`` of them. Times include building the
+    slot's placer, every inference, mask and placement, and the Allocation.
+    """
+    from dl2ray.experiments import build_simulator
+    from dl2ray.policy.decision import decide_slot
+    from dl2ray.policy.encoding import Encoding
+    from dl2ray.policy.network import NumpyPolicy, build_networks, load_checkpoint
+    from dl2ray.schedulers.drf import DRF
+
+    cfg = load_config(config)
+    enc = Encoding.from_config(cfg)
+    if policy is None:
+        net = build_networks(enc, cfg.policy.hidden, seed)[0]
+    else:
+        net = load_checkpoint(policy, expect=enc, catalogue=cfg.catalogue.names).policy
+    fast = NumpyPolicy.from_torch(net)
+    sim, drf = build_simulator(cfg), DRF()
+    view = sim.reset(seed)
+    while len(view.jobs) < jobs and not sim.done:
+        view = sim.step(drf.decide(view)).view
+    if len(view.jobs) < jobs:
+        raise UserError(f"the trace never has {jobs} jobs at once; lower --jobs")
+    view = ClusterView(view.slot, view.slot_seconds, view.capacity, view.free, view.jobs[:jobs],
+                       view.catalogue, view.placement)
+    rng = np.random.default_rng(seed)
+    times, steps, tasks = [], [], []
+    for _ in range(repeats + 5):  # the first few warm caches and are dropped
+        t0 = time.perf_counter()
+        dec = decide_slot(view, fast, enc, greedy=not sample, rng=rng)
+        times.append(time.perf_counter() - t0)
+        steps.append(dec.inferences)
+        tasks.append(sum(t.workers + t.ps for t in dec.allocation.tasks.values()))
+    ms = np.array(times[5:]) * 1e3
+    per = ms / np.maximum(np.array(steps[5:]), 1)
+    _emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
+           "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
+           "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
+           "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
+           "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
