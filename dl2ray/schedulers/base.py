@@ -60,3 +60,17 @@ def _load_builtin() -> None:
     from dl2ray.schedulers import builtin
 
     builtin.register_builtin()
+
+
+def fill_bundles(placer, job: JobView) -> int:
+    """Give ``job`` bundles (1 worker + 1 PS) until a cap is reached or none fits.
+
+    ``placer`` is a :class:`dl2ray.cluster.Placer`; returns the bundles added.
+    """
+    added = 0
+    w, p = placer.tasks(job.job_id)
+    while w < job.max_workers and p < job.max_ps:
+        if not placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
+            break
+        w, p, added = w + 1, p + 1, added + 1
+    return added
