@@ -1,0 +1,188 @@
+"""Optimus: greedy marginal-gain allocation on online-fitted models.
+
+Peng et al., "Optimus: An Efficient Dynamic Resource Scheduler for Deep
+Learning Clusters", EuroSys 2018, §4. Everything it knows comes from the
+view and what it observed (:mod:`dl2ray.schedulers.optimus_fit`), never from
+the simulator's speed model.
+
+Per decision:
+
+1. remaining epochs ``R_j``: ``k* - done`` from the job's fitted loss curve
+   (``k*`` at the convergence gap ``δ``), or ``est_epochs - done`` until the
+   job has 3 loss points, when the fit is degenerate, or when the fit claims
+   the job already converged (it has not, or it would not be in the view);
+2. speed ``f_t(p, w)`` per job type, fitted to every observation of the type
+   (a sublinear prior before two distinct ``(p, w)`` were seen; a type never
+   seen gets the prior scaled so a job of ``base_epochs`` takes as long as the
+   mean of the seen types);
+3. every job, in arrival order, gets 1 PS + 1 worker while they fit;
+4. then, repeatedly, the single worker or PS over all jobs with the largest
+   ``(R/f(p, w) - R/f(p', w')) / s`` is added, ``s`` the dominant share of
+   the added task's demand of the cluster's capacity, until no addition
+   shortens a job, every job is at its caps, or nothing fits. A heap keeps
+   each job's best candidate; only the job that changed is re-scored.
+
+Placement is the configured policy (the ``optimus`` policy lays jobs out by
+the paper's principle; see :mod:`dl2ray.cluster`).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from dl2ray.schedulers.observed import NewObservations
+from dl2ray.schedulers.optimus_fit import (
+    SpeedFit,
+    convergence_epochs,
+    fit_loss_curves,
+    step_time,
+)
+from dl2ray.view import Allocation, ClusterView, JobView
+
+DEFAULT_GAP = 0.01
+_ROLES = ("worker", "ps")
+
+
+class Optimus:
+    name = "optimus"
+
+    def __init__(self, convergence_gap: float = DEFAULT_GAP) -> None:
+        if not 0 < convergence_gap < 1:
+            raise ValueError("convergence_gap must be in (0, 1)")
+        self.gap = convergence_gap
+        self._new = NewObservations()
+        self._speed: dict[int, SpeedFit] = {}
+        self._kstar: dict[int, tuple[int, float | None]] = {}
+
+    def reset(self, seed: int) -> None:
+        self._new.reset()
+        self._speed.clear()
+        self._kstar.clear()
+
+    # -- models -----------------------------------------------------------------------
+
+    def observe(self, view: ClusterView) -> None:
+        """Add the view's new observations to the per-type speed fits."""
+        for job, new in self._new.by_job(view):
+            self._speed_fit(view, job.type_index).add_many(
+                (p, w, e / s) for _, p, w, e, s, _ in new if e > 0 and s > 0
+            )
+        live = {j.job_id for j in view.jobs}
+        self._kstar = {j: v for j, v in self._kstar.items() if j in live}
+
+    def _speed_fit(self, view: ClusterView, t: int) -> SpeedFit:
+        fit = self._speed.get(t)
+        if fit is None:
+            fit = self._speed[t] = SpeedFit(view.catalogue.types[t].batch_size)
+        return fit
+
+    def coefficients(self, view: ClusterView) -> list[tuple[float, float, float, float]]:
+        """Per catalogue type: step-time coefficients (see ``SpeedFit``)."""
+        base = [t.base_epochs for t in view.catalogue.types]
+        seen = [
+            base[t] * step_time(fit.coefficients(1.0), 1, 1)
+            for t, fit in self._speed.items() if fit.observed
+        ]
+        t_ref = sum(seen) / len(seen) if seen else 1.0
+        return [
+            self._speed_fit(view, t).coefficients(t_ref / base[t]) for t in range(len(base))
+        ]
+
+    def fit_convergence(self, view: ClusterView) -> None:
+        """Refit the loss curve of every job with new loss points (one batch)."""
+        stale = [
+            j for j in view.jobs
+            if self._kstar.get(j.job_id, (-1, None))[0] != len(j.history)
+        ]
+        fits = fit_loss_curves(
+            [np.cumsum([o.epochs for o in j.history]) for j in stale],
+            [np.array([o.loss for o in j.history]) for j in stale],
+        )
+        for job, fit in zip(stale, fits, strict=True):
+            kstar = None if fit is None else convergence_epochs(fit[0], fit[1], self.gap)
+            self._kstar[job.job_id] = (len(job.history), kstar)
+
+    def remaining_epochs(self, job: JobView) -> float:
+        """``k* - done`` from the loss fit, else the declared remaining epochs.
+
+        Uses the fit of the last :meth:`fit_convergence`.
+        """
+        kstar = self._kstar.get(job.job_id, (0, None))[1]
+        if kstar is None or kstar <= job.done_epochs:
+            return job.remaining_epochs
+        return kstar - job.done_epochs
+
+    # -- allocation ---------------------------------------------------------------------
+
+    def decide(self, view: ClusterView) -> Allocation:
+        self.observe(view)
+        self.fit_convergence(view)
+        coef = self.coefficients(view)
+        placer = view.placer()
+        total = view.total_capacity
+        mask = total > 0
+        dom = [
+            (float(np.max(wd[mask] / total[mask])), float(np.max(pd[mask] / total[mask])))
+            for wd, pd in zip(view.catalogue.worker_demand, view.catalogue.ps_demand,
+                              strict=True)
+        ]
+        greedy = _Greedy(view, coef, dom)
+        for i in sorted(range(len(view.jobs)), key=lambda i: _arrival(view.jobs[i])):
+            job = view.jobs[i]
+            if placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
+                greedy.add_job(i, self.remaining_epochs(job))
+        greedy.run(placer)
+        return placer.allocation()
+
+
+def _arrival(job: JobView) -> tuple[int, int]:
+    return job.arrival_slot, job.job_id
+
+
+class _Greedy:
+    """Step 4 of the module docstring, in plain floats (no numpy in the loop)."""
+
+    def __init__(self, view: ClusterView, coef: list, dom: list[tuple[float, float]]) -> None:
+        self.view = view
+        self.coef = coef
+        self.dom = dom
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.tasks: dict[int, list[int]] = {}  # job index -> [workers, ps]
+        self.remaining: dict[int, float] = {}
+        self.blocked: dict[int, set[int]] = {}
+
+    def add_job(self, i: int, remaining: float) -> None:
+        self.tasks[i] = [1, 1]
+        self.remaining[i] = remaining
+        self.blocked[i] = set()
+        self._push(i)
+
+    def _push(self, i: int) -> None:
+        job = self.view.jobs[i]
+        w, p = self.tasks[i]
+        coef = self.coef[job.type_index]
+        now = step_time(coef, p, w) / w
+        dom_w, dom_p = self.dom[job.type_index]
+        best, role = 0.0, -1
+        if 0 not in self.blocked[i] and w < job.max_workers:
+            gain = (now - step_time(coef, p, w + 1) / (w + 1)) / max(dom_w, 1e-12)
+            best, role = (gain, 0) if gain > best else (best, role)
+        if 1 not in self.blocked[i] and p < job.max_ps:
+            gain = (now - step_time(coef, p + 1, w) / w) / max(dom_p, 1e-12)
+            best, role = (gain, 1) if gain > best else (best, role)
+        if role >= 0:
+            gain = best * self.remaining[i]
+            heapq.heappush(self.heap, (-gain, job.arrival_slot, job.job_id, role, i))
+
+    def run(self, placer) -> None:
+        while self.heap:
+            _, _, job_id, role, i = heapq.heappop(self.heap)
+            job = self.view.jobs[i]
+            demand = job.worker_demand if role == 0 else job.ps_demand
+            if placer.place(job_id, _ROLES[role], demand) is None:
+                self.blocked[i].add(role)
+            else:
+                self.tasks[i][role] += 1
+            self._push(i)
