@@ -129,7 +129,7 @@ def bench_decide(
     config: Annotated[Path, typer.Option("--config", "-c")] = Path("configs/large.yaml"),
     policy: Annotated[Path | None, typer.Option(help="checkpoint (default: a fresh network)")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="jobs in the view (one window of J by default)")] = 40,
-    sample: Annotated[bool, typer.Option("--sample/--greedy", help="sample actions (default greedy)")] = False,
+    sample: Annotated[bool, typer.Option("--sample/--greedy", help="sample, or argmax")] = False,
     seed: int = 0,
     repeats: Annotated[int, typer.Option(min=1)] = 200,
     json_out: Annotated[bool, typer.Option("--json")] = False,
