@@ -37,6 +37,12 @@ from dl2ray.workload import JobCatalogue
 
 _EPS = 1e-9
 Role = str  # "worker" or "ps"
+Key = tuple[float, float, float]
+
+
+def _key(demand: np.ndarray) -> Key:
+    """A demand vector as a hashable (cpu, gpu, mem) tuple of floats."""
+    return (float(demand[0]), float(demand[1]), float(demand[2]))
 
 
 class Placer:
@@ -62,7 +68,7 @@ class Placer:
         self._failed: list[tuple[float, float, float]] = []
         self._heaps: dict[tuple[float, float, float], list[tuple[float, int, int]]] = {}
         for d in demands:
-            key = (float(d[0]), float(d[1]), float(d[2]))
+            key = _key(d)
             if key not in self._heaps:
                 self._heaps[key] = self._build_heap(key)
 
@@ -85,25 +91,40 @@ class Placer:
 
     def place(self, job_id: int, role: Role, demand: np.ndarray) -> int | None:
         """Place one task; return its node, or None (nothing changes) if none fits."""
-        key = (float(demand[0]), float(demand[1]), float(demand[2]))
+        key = _key(demand)
         if self._known_to_fail(key):
             return None
         node = self._choose(key)
         if node is None:
             self._failed.append(key)
             return None
-        self._take(node, key, -1.0)
-        (self._workers if role == "worker" else self._ps).setdefault(job_id, []).append(node)
+        self._assign(job_id, role, demand, node)
         return node
 
     def place_bundle(self, job_id: int, worker_demand: np.ndarray, ps_demand: np.ndarray) -> bool:
-        """Place one worker and one PS, or neither."""
+        """Place one worker and one PS, or neither.
+
+        The pair goes to one node when some node fits both (the node the policy
+        picks for the pair's summed demand, as DL2 places bundles); otherwise
+        each task goes where the policy puts it alone.
+        """
+        pair = _key(worker_demand + ps_demand)
+        node = None if self._known_to_fail(pair) else self._choose(pair)
+        if node is not None:
+            self._assign(job_id, "worker", worker_demand, node)
+            self._assign(job_id, "ps", ps_demand, node)
+            return True
+        self._failed.append(pair)
         if self.place(job_id, "worker", worker_demand) is None:
             return False
         if self.place(job_id, "ps", ps_demand) is None:
             self.unplace(job_id, "worker", worker_demand)
             return False
         return True
+
+    def _assign(self, job_id: int, role: Role, demand: np.ndarray, node: int) -> None:
+        self._take(node, _key(demand), -1.0)
+        (self._workers if role == "worker" else self._ps).setdefault(job_id, []).append(node)
 
     def unplace(self, job_id: int, role: Role, demand: np.ndarray) -> None:
         """Remove the most recently placed task of ``role`` of ``job_id``."""
@@ -114,13 +135,12 @@ class Placer:
         node = nodes.pop()
         if not nodes:
             del book[job_id]
-        key = (float(demand[0]), float(demand[1]), float(demand[2]))
-        self._take(node, key, +1.0)
+        self._take(node, _key(demand), +1.0)
         self._failed.clear()
 
     def can_place(self, demand: np.ndarray) -> bool:
         """Would :meth:`place` succeed for this demand right now?"""
-        key = (float(demand[0]), float(demand[1]), float(demand[2]))
+        key = _key(demand)
         return not self._known_to_fail(key) and self._peek(key) is not None
 
     def peek(self, demand: np.ndarray) -> int | None:
@@ -128,7 +148,7 @@ class Placer:
 
         Places nothing; lets a scheduler score a candidate by its node (Tetris).
         """
-        key = (float(demand[0]), float(demand[1]), float(demand[2]))
+        key = _key(demand)
         return None if self._known_to_fail(key) else self._choose(key)
 
     def allocation(self) -> Allocation:
@@ -208,12 +228,10 @@ class OptimusPlacer(Placer):
         self._initial_free = free.copy()
         self._job_demands: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
 
-    def place(self, job_id: int, role: Role, demand: np.ndarray) -> int | None:
-        node = super().place(job_id, role, demand)
-        if node is not None:
-            wd, pd = self._job_demands.get(job_id, (None, None))
-            self._job_demands[job_id] = (demand, pd) if role == "worker" else (wd, demand)
-        return node
+    def _assign(self, job_id: int, role: Role, demand: np.ndarray, node: int) -> None:
+        super()._assign(job_id, role, demand, node)
+        wd, pd = self._job_demands.get(job_id, (None, None))
+        self._job_demands[job_id] = (demand, pd) if role == "worker" else (wd, demand)
 
     def allocation(self) -> Allocation:
         packed = super().allocation()
@@ -254,28 +272,27 @@ def optimus_layout(
 
 
 def _lay_out_job(free: np.ndarray, t: Tasks, wd: np.ndarray, pd: np.ndarray) -> JobPlacement | None:
-    total = t.workers + t.ps
-    if total == 0:
+    """Fewest nodes k with the job split evenly; groups go largest first to the
+    fitting node with the most room (pairs of one worker + one PS it could host)."""
+    if t.workers + t.ps == 0:
         return JobPlacement((), ())
-    # Nodes by free room for one worker+PS pair, most room first.
-    room = np.min(np.where(wd + pd > 0, free / np.maximum(wd + pd, _EPS), np.inf), axis=1)
-    ranked = np.argsort(-room, kind="stable")
-    for k in range(1, total + 1):
-        w_parts, p_parts = _even_split(t.workers, k), _even_split(t.ps, k)
+    pair = wd + pd
+    room = np.min(np.where(pair > 0, free / np.maximum(pair, _EPS), np.inf), axis=1)
+    for k in range(1, t.workers + t.ps + 1):
+        groups = sorted(zip(_even_split(t.workers, k), _even_split(t.ps, k), strict=True), reverse=True)
+        taken = np.zeros(len(free), dtype=bool)
         chosen: list[int] = []
-        for wk, pk in zip(w_parts, p_parts, strict=True):
-            need = wk * wd + pk * pd
-            node = next(
-                (int(n) for n in ranked if int(n) not in chosen and np.all(free[n] + _EPS >= need)),
-                None,
-            )
-            if node is None:
+        for wk, pk in groups:
+            fits = np.all(free + _EPS >= wk * wd + pk * pd, axis=1) & ~taken
+            if not fits.any():
                 break
+            node = int(np.argmax(np.where(fits, room, -np.inf)))
+            taken[node] = True
             chosen.append(node)
         if len(chosen) == k:
             workers: list[int] = []
             ps: list[int] = []
-            for node, wk, pk in zip(chosen, w_parts, p_parts, strict=True):
+            for node, (wk, pk) in zip(chosen, groups, strict=True):
                 free[node] -= wk * wd + pk * pd
                 workers += [node] * wk
                 ps += [node] * pk
@@ -287,7 +304,10 @@ def make_placer(
     capacity: np.ndarray, free: np.ndarray, policy: str, catalogue: JobCatalogue
 ) -> Placer:
     """A placer for ``policy`` that knows the catalogue's distinct task demands."""
-    demands = [*catalogue.worker_demand, *catalogue.ps_demand]
+    demands = [
+        *catalogue.worker_demand, *catalogue.ps_demand,
+        *(catalogue.worker_demand + catalogue.ps_demand),  # a worker+PS bundle on one node
+    ]
     if policy == "load_balancing":
         return Placer(capacity, free, demands, sign=1)
     if policy == "packing":

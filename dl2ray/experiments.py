@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.metrics import aggregate, summarize_run
@@ -22,11 +21,22 @@ from dl2ray.sim import RunResult, Simulator, run_episode
 from dl2ray.speed import SpeedModel, load_surfaces
 from dl2ray.workload import Trace
 
+_SPEED_MODELS: dict[tuple[str, str, str, bool], SpeedModel] = {}
 
-@lru_cache(maxsize=4)
+
 def _speed_model(cfg: ExperimentConfig) -> SpeedModel:
-    surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
-    return SpeedModel(cfg.catalogue, surfaces, cfg.speed.model, cfg.speed.placement_aware)
+    """The config's speed model, built once per process for the same catalogue and surfaces.
+
+    (Keyed on paths and flags, not on the config object: configs hold numpy arrays,
+    which make pydantic equality ambiguous.)
+    """
+    key = (str(cfg.resolve(cfg.jobtypes).resolve()), str(cfg.surfaces_dir.resolve()),
+           cfg.speed.model, cfg.speed.placement_aware)
+    if key not in _SPEED_MODELS:
+        surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
+        _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, surfaces, cfg.speed.model,
+                                        cfg.speed.placement_aware)
+    return _SPEED_MODELS[key]
 
 
 def build_simulator(

@@ -1,26 +1,20 @@
-"""Shared fixtures: repository paths, small configs, the speed model, the shared data."""
+"""Shared fixtures: configs, the speed model, the shared data (helpers live in support.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # make `support` importable everywhere
+
+from support import CONFIGS, SHARED_DATA, small_config
+
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.speed import SpeedModel, load_surfaces
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-
-def small_config(**groups) -> ExperimentConfig:
-    """The testbed config with whole groups replaced (dicts are validated)."""
-    raw = load_config(CONFIGS / "testbed.yaml").model_dump()
-    for key, value in groups.items():
-        raw[key] = value if not isinstance(value, dict) else {**raw.get(key, {}), **value}
-    raw["base_dir"] = str(CONFIGS)
-    return ExperimentConfig.model_validate(raw)
+__all__ = ["small_config"]
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from support import CONFIGS, REPO
 
-from conftest import CONFIGS, REPO
 from dl2ray.cli import main
 
 

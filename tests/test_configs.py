@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from support import CONFIGS
 
-from conftest import CONFIGS
 from dl2ray.config import ConfigError, load_config
 from dl2ray.experiments import build_simulator
 from dl2ray.schedulers.drf import DRF

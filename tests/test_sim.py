@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from support import small_config
 
-from conftest import small_config
 from dl2ray.sim import AllocationError, Simulator, run_episode, write_events
 from dl2ray.speed import SpeedModel, load_surfaces
 from dl2ray.view import Allocation, JobPlacement, Tasks
@@ -127,7 +129,7 @@ def test_loss_curve_reaches_convergence_gap_at_completion(testbed):
         sim.step(_spread(0))
     last = sim.finished[0].history[-1]
     losses = [o.loss for o in sim.finished[0].history]
-    assert all(a > b for a, b in zip(losses, losses[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(losses))
     gap0 = 1.0  # l(0) - floor
     assert last.loss - 0.1 == pytest.approx(cfg.sim.convergence_gap * gap0, rel=1e-6)
 

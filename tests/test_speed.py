@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from support import CONFIGS
 
-from conftest import CONFIGS
 from dl2ray import speed
 from dl2ray.speed import (
     SpeedModel,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import small_config
+from support import small_config
 
 from dl2ray.learn import seeds
 from dl2ray.learn.sl import SLRun, record, run_sl, train

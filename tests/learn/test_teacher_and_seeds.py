@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import small_config
+from support import small_config
 
 from dl2ray.experiments import build_simulator
 from dl2ray.learn import seeds

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import small_config
+from support import small_config
 
 from dl2ray.view import ClusterView, JobView
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from support import small_config
 
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (

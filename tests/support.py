@@ -1,0 +1,20 @@
+"""Shared test helpers (importable as ``support`` from any test directory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dl2ray.config import ExperimentConfig, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def small_config(**groups) -> ExperimentConfig:
+    """The testbed config with whole groups replaced (dicts are validated)."""
+    raw = load_config(CONFIGS / "testbed.yaml").model_dump()
+    for key, value in groups.items():
+        raw[key] = value if not isinstance(value, dict) else {**raw.get(key, {}), **value}
+    raw["base_dir"] = str(CONFIGS)
+    return ExperimentConfig.model_validate(raw)
