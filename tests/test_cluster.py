@@ -18,6 +18,16 @@ def _cap(n: int) -> np.ndarray:
     return np.tile([8.0, 2.0, 48.0], (n, 1))
 
 
+def test_a_ps_is_judged_by_cpu_only_and_keeps_idle_gpus_usable(testbed):
+    lb = make_placer(_cap(2), _cap(2), "load_balancing", testbed.catalogue)
+    assert lb.place(0, "worker", WORKER) == 0 and lb.place(0, "worker", WORKER) == 1
+    assert lb.place(1, "worker", WORKER) == 0  # node 0 GPUs now full
+    # By cpu, node 1 (2 cores used) is less used than node 0 (4): the PS goes there,
+    # although node 0's GPUs are full and node 1 still has an idle GPU.
+    assert lb.place(0, "ps", PS) == 1
+    assert lb.place(1, "worker", WORKER) == 1  # the idle GPU is still usable
+
+
 def test_load_balancing_spreads_and_packing_packs(testbed):
     lb = make_placer(_cap(3), _cap(3), "load_balancing", testbed.catalogue)
     assert [lb.place(0, "worker", WORKER) for _ in range(3)] == [0, 1, 2]
@@ -63,9 +73,10 @@ def test_optimus_placer_keeps_a_feasible_layout(testbed):
     assert (used <= _cap(3)).all()
 
 
-def _dominant_used(cap, free, n):
+def _dominant_used(cap, free, n, demand):
+    """Reference: dominant usage of node n over the resources ``demand`` asks for."""
     used = (cap[n] - free[n]) / np.where(cap[n] > 0, cap[n], np.inf)
-    return used.max()
+    return max([used[r] for r in range(3) if demand[r] > 0], default=0.0)
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,6 +100,6 @@ def test_choice_is_the_best_fitting_node_and_capacity_holds(caps, ops, sign):
         if not fitting:
             assert node is None
             continue
-        best = min(fitting, key=lambda n: (sign * _dominant_used(cap, free, n), n))
+        best = min(fitting, key=lambda n: (sign * _dominant_used(cap, free, n, d), n))
         assert node == best
         assert (p.free() >= -1e-9).all()
