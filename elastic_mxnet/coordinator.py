@@ -459,9 +459,9 @@ class Coordinator:
         ids = self.plan.workers if self.plan else []
         return [self.members[w] for w in ids if w in self.members and not self.members[w].finished]
 
-    def _progress(self, now: float) -> float:
+    def _progress(self, now: float, extrapolate: bool = True) -> float:
         """Estimated furthest iteration started by a worker (extrapolated at most 2 heartbeats)."""
-        cap = 2 * self.config.liveness.heartbeat_interval_s
+        cap = 2 * self.config.liveness.heartbeat_interval_s if extrapolate else 0.0
         return max(
             (m.version + m.rate * min(now - m.version_at, cap) for m in self._workers()), default=-1
         )
@@ -470,7 +470,9 @@ class Coordinator:
         """The scaling clock: the first iteration no worker can have started when Prepare lands."""
         assert self.plan is not None
         now = time.monotonic()
-        clock = max(math.floor(self._progress(now)), floor) + 1
+        # After a failure the workers are blocked: extrapolating their progress
+        # would only push the clock (and the iterations lost) further out.
+        clock = max(math.floor(self._progress(now, extrapolate=margin)), floor) + 1
         ps_versions = [self.members[p].version for p in self.plan.ps if p in self.members]
         clock = max([clock, *ps_versions])
         if margin:

@@ -59,10 +59,13 @@ def update(spec: OptimizerSpec, chunk: ChunkState, grad: np.ndarray) -> None:
         t = chunk.steps
         lr_t = np.float32(spec.learning_rate * np.sqrt(1 - spec.beta2**t) / (1 - spec.beta1**t))
         m, v = chunk.state["mean"], chunk.state["var"]
-        m *= np.float32(spec.beta1)
-        m += np.float32(1 - spec.beta1) * g
-        v *= np.float32(spec.beta2)
-        v += np.float32(1 - spec.beta2) * g * g
+        # (1 - beta) in float32 arithmetic, as MXNet's kernel computes ``1.f - beta1``:
+        # float32(1 - 0.9) and 1.f - float32(0.9) differ in the last bit.
+        one, b1, b2 = np.float32(1), np.float32(spec.beta1), np.float32(spec.beta2)
+        m *= b1
+        m += (one - b1) * g
+        v *= b2
+        v += (one - b2) * g * g
         w -= lr_t * m / (np.sqrt(v) + np.float32(spec.epsilon))
     elif spec.momentum > 0:
         mom = chunk.state["mom"]

@@ -76,6 +76,9 @@ class _Control(threading.Thread):
     ``started`` is the last iteration the training thread began. A Prepare is
     acknowledged only if its clock is ahead of ``started``; from then on the
     training thread pauses when it reaches the clock (see ``begin``).
+    ``pending`` is a queue: a plan can be resumed (all PS migrated) before
+    the training thread reaches its clock, and the next plan prepared
+    meanwhile; each is applied in turn at its own clock.
     """
 
     def __init__(self, link: MemberLink) -> None:
@@ -83,9 +86,9 @@ class _Control(threading.Thread):
         self.link = link
         self.cond = threading.Condition()
         self.started = -1
-        self.pending: Plan | None = None
+        self.pending: list[Plan] = []
         self.committed: int | None = None
-        self.resumed: int | None = None
+        self.resumed: set[int] = set()
         self.dead_ps: set[int] = set()
         self.stop_reason: str | None = None
         self.outbox: deque[_Msg] = deque()
@@ -120,9 +123,9 @@ class _Control(threading.Thread):
                 if isinstance(msg, Commit):
                     self.committed = msg.plan_id
                 elif isinstance(msg, Resume):
-                    self.resumed = msg.plan_id
-                elif self.pending is not None and self.pending.plan_id == msg.plan_id:
-                    self.pending = None
+                    self.resumed.add(msg.plan_id)
+                else:
+                    self.pending = [p for p in self.pending if p.plan_id != msg.plan_id]
                 self.cond.notify_all()
         elif isinstance(msg, Stop):
             self._set_stop(msg.reason)
@@ -132,9 +135,9 @@ class _Control(threading.Thread):
     def _on_prepare(self, plan: Plan) -> None:
         assert self.link.member_id is not None
         with self.cond:
-            ok = plan.clock > self.started
+            ok = plan.clock > max([self.started, *(p.clock for p in self.pending)])
             if ok:
-                self.pending = plan
+                self.pending.append(plan)
                 self.dead_ps |= set(plan.dead_ps)
                 self.cond.notify_all()
             version = self.started
@@ -159,8 +162,8 @@ class _Control(threading.Thread):
     def begin(self, iteration: int) -> Plan | None:
         """Start ``iteration`` unless a plan's clock is there: then return that plan (pause)."""
         with self.cond:
-            if self.pending is not None and self.pending.clock == iteration:
-                return self.pending
+            if self.pending and self.pending[0].clock == iteration:
+                return self.pending[0]
             self.started = iteration
             return None
 
@@ -230,8 +233,8 @@ class ElasticTrainer:
         if not self.active:
             return False
         if self.plan is None:
-            self._control.wait(lambda: self._control.pending is not None, "first plan")
-            self.iteration = self._control.pending.clock  # type: ignore[union-attr]
+            self._control.wait(lambda: bool(self._control.pending), "first plan")
+            self.iteration = self._control.pending[0].clock
         if max_iterations is not None and self.iteration >= max_iterations:
             return False
         while (plan := self._control.begin(self.iteration)) is not None:
@@ -296,11 +299,12 @@ class ElasticTrainer:
         if plan.init_from == self.member_id:
             ctl.wait(lambda: ctl.committed == plan.plan_id, "commit")
             self._send_init(plan)
-        ctl.wait(lambda: ctl.resumed == plan.plan_id or ctl.pending is not plan, "resume")
+        queued = lambda: any(p.plan_id == plan.plan_id for p in ctl.pending)  # noqa: E731
+        ctl.wait(lambda: plan.plan_id in ctl.resumed or not queued(), "resume")
         with ctl.cond:
-            if ctl.pending is not plan:
-                return  # aborted or superseded: begin() decides again
-            ctl.pending = None
+            if not queued():
+                return  # aborted: begin() decides again
+            ctl.pending = [p for p in ctl.pending if p.plan_id != plan.plan_id]
         self._apply(plan, joining)
         if not joining and self.active:
             self.last_suspension_ms = (time.perf_counter() - t0) * 1e3
@@ -371,8 +375,7 @@ class ElasticTrainer:
                     continue
                 if isinstance(msg, Params):
                     for cid, arr in zip(msg.chunks, arrays, strict=True):
-                        spec = self.plan.layout[cid] if self.plan else None
-                        spec = spec or self._control.pending.layout[cid]  # type: ignore[union-attr]
+                        spec = (self.plan or self._control.pending[0]).layout[cid]
                         self._flat[spec.param][spec.start : spec.stop] = arr
                 waiting.discard(by_sock[sock])
 
