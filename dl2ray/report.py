@@ -33,7 +33,12 @@ def comparison_table(comp: Comparison) -> Table:
 
 
 def print_table(comp: Comparison, console: Console | None = None) -> None:
-    (console or Console()).print(comparison_table(comp))
+    """Print the table; at least 120 columns wide so a pipe or CI log keeps one row per line."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=120)
+    console.print(comparison_table(comp))
 
 
 def plot_jct_cdf(comp: Comparison, path: str | Path) -> Path:
