@@ -40,6 +40,7 @@ import zmq
 
 from elastic_mxnet import wire
 from elastic_mxnet.assignment import best_fit, chunk_sizes_bytes, make_layout, rebalance, substitute
+from elastic_mxnet.clock import Progress, scaling_clock
 from elastic_mxnet.config import JobConfig
 from elastic_mxnet.messages import (
     Abort,
@@ -459,28 +460,16 @@ class Coordinator:
         ids = self.plan.workers if self.plan else []
         return [self.members[w] for w in ids if w in self.members and not self.members[w].finished]
 
-    def _progress(self, now: float, extrapolate: bool = True) -> float:
-        """Estimated furthest iteration started by a worker (extrapolated at most 2 heartbeats)."""
-        cap = 2 * self.config.liveness.heartbeat_interval_s if extrapolate else 0.0
-        return max(
-            (m.version + m.rate * min(now - m.version_at, cap) for m in self._workers()), default=-1
-        )
+    def _progress(self) -> list[Progress]:
+        now = time.monotonic()
+        return [Progress(m.version, now - m.version_at, m.rate, m.rtt_s) for m in self._workers()]
 
     def _clock(self, floor: int = -1, margin: bool = True) -> int:
-        """The scaling clock: the first iteration no worker can have started when Prepare lands."""
+        """The scaling clock for a plan prepared now (see :func:`scaling_clock`)."""
         assert self.plan is not None
-        now = time.monotonic()
-        # After a failure the workers are blocked: extrapolating their progress
-        # would only push the clock (and the iterations lost) further out.
-        clock = max(math.floor(self._progress(now, extrapolate=margin)), floor) + 1
         ps_versions = [self.members[p].version for p in self.plan.ps if p in self.members]
-        clock = max([clock, *ps_versions])
-        if margin:
-            workers = self._workers()
-            rate = max((m.rate for m in workers), default=0.0)
-            rtt = max((m.rtt_s for m in workers), default=0.0)
-            clock += math.ceil(rate * (2 * rtt + 0.01))
-        return clock
+        extrapolate = 2 * self.config.liveness.heartbeat_interval_s
+        return scaling_clock(self._progress(), ps_versions, extrapolate, floor, margin)
 
     def _plan(
         self, ps: list[int], workers: list[int], owners: list[int], clock: int, **extra

@@ -115,8 +115,9 @@ class MemberLink:
         """Send any message to the coordinator."""
         wire.send(self.sock, msg)
 
-    def close(self) -> None:
-        self.sock.close(linger=0)
+    def close(self, linger_ms: int = 0) -> None:
+        """Close the socket, waiting up to ``linger_ms`` for queued messages to go out."""
+        self.sock.close(linger=linger_ms)
 
     def _accept(self, msg: Registered) -> None:
         self.member_id = msg.member_id

@@ -100,14 +100,18 @@ class _Control(threading.Thread):
                 if self.link.sock.poll(10):
                     while self.link.sock.poll(0):
                         self._receive()
-                while self.outbox:
-                    self.link.send(self.outbox.popleft())
+                self._flush()
                 self.link.tick(self.started)
+            self._flush()  # a last Leave or Suspended
         except Orphaned as exc:
             self._set_stop(str(exc))
         except zmq.ZMQError as exc:
             if not self._closing:
                 self._set_stop(f"control link failed: {exc}")
+
+    def _flush(self) -> None:
+        while self.outbox:
+            self.link.send(self.outbox.popleft())
 
     def _receive(self) -> None:
         try:
@@ -232,9 +236,14 @@ class ElasticTrainer:
         """Start the next iteration (pausing at a scaling clock); False when training must end."""
         if not self.active:
             return False
-        if self.plan is None:
+        while self.plan is None:  # joining: the first plan that is not aborted
             self._control.wait(lambda: bool(self._control.pending), "first plan")
-            self.iteration = self._control.pending[0].clock
+            with self._control.cond:
+                first = self._control.pending[0]
+            self.iteration = first.clock
+            self._pause(first)
+            if not self.active:
+                return False
         if max_iterations is not None and self.iteration >= max_iterations:
             return False
         while (plan := self._control.begin(self.iteration)) is not None:
@@ -276,11 +285,10 @@ class ElasticTrainer:
                 else "removed"
             )
             self._control.outbox.append(Leave(member_id=self.member_id, reason=reason))
-            time.sleep(0.05)
             self._control.close()
         for sock in self._ps.values():
             sock.close(linger=0)
-        self._control.link.close()
+        self._control.link.close(linger_ms=500)  # let the Leave out
         self._ctx.term()
 
     def __enter__(self) -> ElasticTrainer:

@@ -10,8 +10,16 @@ import pytest
 pytestmark = pytest.mark.slow
 
 SNAPSHOT_EVERY = 5
-LAUNCH = ["--ps", "2", "--workers", "3", "--heartbeat-timeout", "1",
-          "--snapshot-every", str(SNAPSHOT_EVERY)]
+LAUNCH = [
+    "--ps",
+    "2",
+    "--workers",
+    "3",
+    "--heartbeat-timeout",
+    "1",
+    "--snapshot-every",
+    str(SNAPSHOT_EVERY),
+]
 WORKER = ["--iterations", "0", "--iter-sleep", "0.01"]
 
 
