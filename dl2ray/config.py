@@ -188,6 +188,10 @@ class PolicyConfig(_Frozen):
     exploration_eps: float = Field(
         default=0.2, ge=0, le=1, description="RL job-aware exploration: P(correcting a poor state)"
     )
+    exploration_ratio: float = Field(
+        default=4.0, ge=1, description="RL job-aware exploration: a job whose workers exceed this many "
+        "times its PS (or PS this many times its workers) this slot is in a poor state"
+    )
 
 
 class ExperimentConfig(_Frozen):
