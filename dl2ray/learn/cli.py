@@ -67,3 +67,68 @@ def train_sl(
     else:
         for k, v in doc.items():
             print(f"{k}: {v}")
+
+
+@app.command("rl")
+def train_rl(
+    out: Annotated[Path, typer.Option(help="checkpoint to write (OUT.best.pt, OUT.json, OUT.tb/ beside it)")],
+    updates: Annotated[int, typer.Option(min=1, help="total updates (a resumed run counts its done ones)")],
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="experiment YAML")] = None,
+    init: Annotated[
+        Path | None, typer.Option(help="start from this (SL) checkpoint; default: scratch")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="init, sampling, exploration and replay seed")] = 0,
+    critic: Annotated[bool, typer.Option("--critic/--no-critic",
+                                         help="TD actor-critic, or REINFORCE with a mean baseline")] = True,
+    exploration: Annotated[bool, typer.Option("--exploration/--no-exploration",
+                                              help="job-aware exploration")] = True,
+    replay: Annotated[bool, typer.Option("--replay/--no-replay", help="experience replay")] = True,
+    prioritized: Annotated[bool, typer.Option(help="prioritised replay (TD-error priorities)")] = False,
+    traces: Annotated[int, typer.Option(min=1, help="training traces, cycled")] = 100,
+    val_traces: Annotated[int, typer.Option(min=1, help="validation traces")] = 3,
+    val_every: Annotated[int, typer.Option(min=1, help="updates between validations")] = 25,
+    checkpoint_every: Annotated[int, typer.Option(min=1, help="updates between checkpoints")] = 50,
+    critic_warmup: Annotated[int, typer.Option(min=0, help="first updates training only the critic")] = 0,
+    resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
+    logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """Online actor-critic RL of the DL2 policy (single process), from an SL checkpoint or scratch."""
+    import torch
+
+    from dl2ray.learn import rl
+
+    cfg = load_config(config)
+    if out.suffix != ".pt":
+        raise UserError(f"--out: {out}: expected a .pt checkpoint path")
+    if init is not None and not init.is_file():
+        raise UserError(f"--init: {init}: no such checkpoint")
+    opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
+                        traces=traces, val_traces=val_traces, val_every=val_every,
+                        checkpoint_every=checkpoint_every, critic_warmup=critic_warmup)
+    torch.set_num_threads(threads)
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=_err, transient=True, disable=not _err.is_terminal,
+    ) as bar:
+        task = bar.add_task("RL updates", total=updates)
+
+        def on_update(row, val) -> None:
+            jct = f" val JCT {val.avg_jct:.2f}" if val is not None else ""
+            bar.update(task, completed=row.update,
+                       description=f"RL updates (loss {row.policy_loss:+.3f}, H {row.entropy:.2f}){jct}")
+
+        _, result = rl.train_rl(cfg, init, updates, seed, out, opts, logdir or out.with_suffix(".tb"),
+                                resume, on_update)
+    best = result.best
+    doc = {"out": str(out), "best": str(out.with_suffix(".best.pt")), "seed": seed, "updates": result.updates,
+           "init": result.init, "initial_val_avg_jct": result.validation[0].avg_jct,
+           "final_val_avg_jct": result.validation[-1].avg_jct,
+           "best_val_avg_jct": best.avg_jct if best else None, "best_update": best.update if best else None,
+           "drf_val_avg_jct": result.baseline_avg_jct}
+    if json_out:
+        print(json.dumps(doc))
+    else:
+        for k, v in doc.items():
+            print(f"{k}: {v}")

@@ -1,0 +1,305 @@
+"""Single-process online actor-critic training of the DL2 policy.
+
+One update:
+
+1. **Collect** (:class:`~dl2ray.learn.rollout.Collector`): with the current
+   policy (numpy copy), sampled actions and job-aware exploration, run slots
+   of the training traces until at least ``steps_per_update`` new inference
+   steps (``policy.minibatch`` by default) are recorded — whole episodes
+   without a critic, whose Monte-Carlo returns need an episode's end.
+2. **Replay** (:class:`~dl2ray.learn.replay.ReplayBuffer`): add the new steps,
+   draw a minibatch of ``policy.minibatch`` (uniform or prioritised). Without
+   replay, the minibatch is exactly the new steps (on-policy).
+3. **Learn** (:mod:`dl2ray.learn.actor_critic`): gradients of the policy loss
+   (TD advantage, entropy bonus) and the value loss; one Adam step each.
+   For the first ``critic_warmup`` updates only the value network steps.
+
+Every ``val_every`` updates (and before the first and after the last), the
+greedy policy's average JCT on ``val_traces`` validation traces is measured
+(:mod:`dl2ray.learn.seeds`); the best one is kept in ``OUT.best.pt``. Every
+``checkpoint_every`` updates ``OUT`` is written with both networks, the
+optimiser state, the update and episode counts, the generators' states and the
+history, so ``resume=True`` continues from it (the replay buffer and the
+episode in progress are not saved: a resumed run refills the buffer and starts
+the next trace). ``OUT.json`` holds the config, seed, options and history;
+TensorBoard scalars go to ``logdir``.
+
+Random streams: network initialisation (when not from ``init``) from
+``seed``; action sampling, exploration and replay from three generators
+seeded by ``[seed, 1]``, ``[seed, 2]``, ``[seed, 3]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn import seeds as seedsets
+from dl2ray.learn.actor_critic import ActorCriticOptimizer, LossConfig, compute_gradients
+from dl2ray.learn.exploration import JobAwareExploration
+from dl2ray.learn.replay import ReplayBuffer
+from dl2ray.learn.rollout import Collector, to_batch
+from dl2ray.policy.encoding import Encoding
+from dl2ray.policy.network import (
+    NumpyPolicy,
+    PolicyNet,
+    ValueNet,
+    build_networks,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+
+@dataclass
+class RLOptions:
+    """One run's switches (the ablations of the paper's Table 2) and its schedule."""
+
+    critic: bool = True  # False: REINFORCE with the minibatch-mean return as baseline
+    exploration: bool = True  # job-aware exploration (policy.exploration_eps / _ratio)
+    replay: bool = True  # False: learn on each update's fresh steps only
+    prioritized: bool = False  # prioritised replay (see dl2ray.learn.replay)
+    traces: int = 100  # training traces, cycled
+    val_traces: int = 3  # validation traces for the periodic JCT
+    val_every: int = 25  # updates between validations
+    checkpoint_every: int = 50  # updates between checkpoints
+    steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
+    critic_warmup: int = 0  # first updates that train only the value network
+    max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
+
+
+@dataclass
+class UpdateRow:
+    """Per update: losses, mean entropy, mean slot reward and counts of the new experience."""
+
+    update: int
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    reward: float
+    mean_value: float
+    new_steps: int
+    new_slots: int
+    explored: int
+
+
+@dataclass
+class ValidationRow:
+    update: int
+    avg_jct: float
+
+
+@dataclass
+class RLResult:
+    """History of a run; ``baseline_avg_jct`` is DRF's average JCT on the same validation traces."""
+
+    seed: int
+    init: str | None
+    updates: int
+    val_seeds: list[int]
+    baseline_avg_jct: float
+    history: list[UpdateRow] = field(default_factory=list)
+    validation: list[ValidationRow] = field(default_factory=list)
+
+    @property
+    def best(self) -> ValidationRow | None:
+        return min(self.validation, key=lambda r: r.avg_jct) if self.validation else None
+
+
+def validate(cfg: ExperimentConfig, policy: PolicyNet, trace_seeds: list[int]) -> float:
+    """Average over ``trace_seeds`` of the greedy policy's average JCT (slots)."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.metrics import summarize_run
+    from dl2ray.schedulers.dl2 import DL2Scheduler
+    from dl2ray.sim import run_episode
+
+    sim = build_simulator(cfg)
+    sched = DL2Scheduler.from_policy(NumpyPolicy.from_torch(policy))
+    return float(np.mean([summarize_run(run_episode(sim, sched, s))["avg_jct"] for s in trace_seeds]))
+
+
+def heuristic_jct(cfg: ExperimentConfig, name: str, trace_seeds: list[int]) -> float:
+    """Average JCT (slots) of heuristic ``name`` on ``trace_seeds``."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.metrics import summarize_run
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.sim import run_episode
+
+    sim = build_simulator(cfg)
+    runs = [summarize_run(run_episode(sim, make_scheduler(name, cfg), s))["avg_jct"] for s in trace_seeds]
+    return float(np.mean(runs))
+
+
+class Trainer:
+    """The state of one run: networks, optimiser, collector, buffer, generators, history."""
+
+    def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
+                 policy: PolicyNet | None = None, value: ValueNet | None = None) -> None:
+        from dl2ray.experiments import build_simulator
+
+        self.cfg, self.opts, self.seed = cfg, opts, seed
+        self.enc = Encoding.from_config(cfg)
+        if policy is None or value is None:
+            policy, value = self._networks(init)
+        self.policy, self.value = policy, value
+        self.loss_cfg = LossConfig.from_config(cfg, critic=opts.critic)
+        self.opt = ActorCriticOptimizer(policy, value, cfg.policy.rl_lr, opts.max_grad_norm)
+        self.sample_rng = np.random.default_rng([seed, 1])
+        self.explore_rng = np.random.default_rng([seed, 2])
+        self.replay_rng = np.random.default_rng([seed, 3])
+        explore = JobAwareExploration.from_config(cfg) if opts.exploration else None
+        self.collector = Collector(build_simulator(cfg), self.enc, seedsets.training(opts.traces),
+                                   self.sample_rng, explore, self.explore_rng)
+        self.buffer = (ReplayBuffer(cfg.policy.replay_size, self.enc.state_dim, self.enc.action_dim,
+                                    opts.prioritized) if opts.replay else None)
+        self.val_seeds = seedsets.validation(opts.val_traces)
+        self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
+
+    def _networks(self, init: Path | None) -> tuple[PolicyNet, ValueNet]:
+        if init is None:
+            return build_networks(self.enc, self.cfg.policy.hidden, self.seed)
+        ckpt = load_checkpoint(init, expect=self.enc, catalogue=self.cfg.catalogue.names)
+        return ckpt.policy, ckpt.value
+
+    @property
+    def updates(self) -> int:
+        return self.opt.updates
+
+    def update(self) -> UpdateRow:
+        """Collect, (replay), learn: one update (see the module docstring)."""
+        p = self.cfg.policy
+        fresh = self.opts.steps_per_update or p.minibatch
+        records = self.collector.collect(NumpyPolicy.from_torch(self.policy), fresh,
+                                         whole_episodes=not self.opts.critic)
+        batch = to_batch(records, self.enc, p.gamma)
+        weights, indices = None, None
+        if self.buffer is not None:
+            self.buffer.add(batch)
+            drawn = self.buffer.sample(p.minibatch, self.replay_rng)
+            batch, weights, indices = drawn.batch, drawn.weights, drawn.indices
+        grads, stats = compute_gradients(self.policy, self.value, batch, self.loss_cfg, weights)
+        self.opt.apply_gradients(grads, train_policy=self.updates >= self.opts.critic_warmup)
+        if self.buffer is not None and indices is not None:
+            self.buffer.update_priorities(indices, stats.priorities)
+        row = UpdateRow(self.updates, stats.policy_loss, stats.value_loss, stats.entropy,
+                        float(np.mean([r.reward for r in records])), stats.mean_value,
+                        sum(len(r.steps) for r in records), len(records), sum(r.explored for r in records))
+        self.result.history.append(row)
+        self.result.updates = self.updates
+        return row
+
+    def validate(self) -> ValidationRow:
+        row = ValidationRow(self.updates, validate(self.cfg, self.policy, self.val_seeds))
+        self.result.validation.append(row)
+        return row
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def save(self, path: Path) -> None:
+        extra = {
+            "kind": "rl", "seed": self.seed, "updates": self.updates, "optimizer": self.opt.state_dict(),
+            "episodes": self.collector.episodes, "options": asdict(self.opts),
+            "rng": {k: _rng_state(getattr(self, k)) for k in ("sample_rng", "explore_rng", "replay_rng")},
+            "result": _result_doc(self.result),
+        }
+        save_checkpoint(path, self.policy, self.value, self.cfg.catalogue.names, extra=extra)
+
+    def restore(self, path: Path) -> None:
+        """Continue from a checkpoint :meth:`save` wrote (see the module docstring for what is lost)."""
+        ckpt = load_checkpoint(path, expect=self.enc, catalogue=self.cfg.catalogue.names)
+        ex = ckpt.extra
+        if ex.get("kind") != "rl":
+            raise ValueError(f"{path}: not an RL checkpoint; cannot resume from it")
+        self.policy.load_state_dict(ckpt.policy.state_dict())
+        self.value.load_state_dict(ckpt.value.state_dict())
+        self.opt.load_state_dict(ex["optimizer"])
+        self.collector.episodes = int(ex["episodes"])
+        for k, state in ex["rng"].items():
+            getattr(self, k).bit_generator.state = state
+        r = ex["result"]
+        self.result.history = [UpdateRow(**row) for row in r["history"]]
+        self.result.validation = [ValidationRow(**row) for row in r["validation"]]
+        self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
+        self.result.updates = self.updates
+
+
+def _rng_state(rng: np.random.Generator) -> dict:
+    return dict(rng.bit_generator.state)
+
+
+def _result_doc(result: RLResult) -> dict:
+    return {**asdict(result), "best": asdict(result.best) if result.best else None}
+
+
+def train_rl(
+    cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path | None,
+    options: RLOptions | None = None, logdir: Path | None = None, resume: bool = False,
+    on_update: Callable[[UpdateRow, ValidationRow | None], None] | None = None,
+) -> tuple[Trainer, RLResult]:
+    """Train until ``updates`` updates in total; see the module docstring for files written."""
+    opts = options or RLOptions()
+    trainer = Trainer(cfg, init, seed, opts)
+    if resume and out is not None and out.exists():
+        trainer.restore(out)
+    writer = _writer(logdir)
+    if not trainer.result.validation:
+        trainer.result.baseline_avg_jct = heuristic_jct(cfg, "drf", trainer.val_seeds)
+        _log_validation(writer, trainer.validate())
+        if out is not None:
+            trainer.save(out.with_suffix(".best.pt"))
+    best = trainer.result.best
+    while trainer.updates < updates:
+        row = trainer.update()
+        _log_update(writer, row)
+        val = None
+        u = trainer.updates
+        if u % opts.val_every == 0 or u == updates:
+            val = trainer.validate()
+            _log_validation(writer, val)
+            if out is not None and (best is None or val.avg_jct < best.avg_jct):
+                trainer.save(out.with_suffix(".best.pt"))
+            best = trainer.result.best
+        if out is not None and (u % opts.checkpoint_every == 0 or u == updates):
+            trainer.save(out)
+            write_run_json(out.with_suffix(".json"), cfg, trainer)
+        if on_update:
+            on_update(row, val)
+    if writer is not None:
+        writer.close()
+    return trainer, trainer.result
+
+
+def write_run_json(path: Path, cfg: ExperimentConfig, trainer: Trainer) -> None:
+    """The run's config, seed, options, seed sets and history, next to its checkpoint."""
+    doc = {
+        "kind": "rl",
+        "seed": trainer.seed,
+        "options": asdict(trainer.opts),
+        "config": cfg.model_dump(mode="json"),
+        "train_seeds": seedsets.training(trainer.opts.traces),
+        **_result_doc(trainer.result),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def _log_update(writer, row: UpdateRow) -> None:
+    if writer is not None:
+        for k in ("policy_loss", "value_loss", "entropy", "reward", "mean_value", "explored"):
+            writer.add_scalar(f"rl/{k}", getattr(row, k), row.update)
+
+
+def _log_validation(writer, row: ValidationRow) -> None:
+    if writer is not None:
+        writer.add_scalar("rl/val_avg_jct", row.avg_jct, row.update)
+
+
+def _writer(logdir: Path | None):
+    if logdir is None:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(logdir))
