@@ -123,9 +123,16 @@ class _HotJob:
             proc.wait()
 
 
-def hot_events(params: int, events: int, workdir: Path) -> dict[str, list[float]]:
-    """Suspension (ms, max over continuing workers) of every event, per change."""
+def hot_events(
+    params: int, events: int, workdir: Path
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per change: suspension (ms, max over continuing workers) and plan duration of every event.
+
+    The plan duration (ms) runs from Prepare to Resume at the coordinator; most
+    of it passes while the workers still train towards the clock.
+    """
     out: dict[str, list[float]] = {name: [] for name, _ in CYCLE}
+    plan_ms: dict[str, list[float]] = {name: [] for name, _ in CYCLE}
     job = _HotJob(params, events, workdir)
     try:
         _wait(
@@ -147,6 +154,7 @@ def hot_events(params: int, events: int, workdir: Path) -> dict[str, list[float]
                 )
                 event = next(e for e in st.events if e.plan_id == reply.plan_id)
                 out[name].append(max(event.suspension_ms.values()))
+                plan_ms[name].append(event.duration_ms)
                 log(
                     f"{params} params, cycle {cycle}: {name} suspended workers "
                     f"{out[name][-1]:.1f} ms (clock {event.clock}, plan {event.duration_ms:.0f} ms)"
@@ -154,7 +162,7 @@ def hot_events(params: int, events: int, workdir: Path) -> dict[str, list[float]
         job.job.stop()
     finally:
         job.close()
-    return out
+    return out, plan_ms
 
 
 def _suspensions(st, plan_id: int) -> int:
@@ -193,7 +201,7 @@ def run(sizes: list[int], events: int, baseline: int) -> dict:
             actual = models.num_params(models.build("mlp-params", size))
             work = Path(tmp) / str(size)
             work.mkdir()
-            hot = hot_events(size, events, work)
+            hot, plan_ms = hot_events(size, events, work)
             cold = baseline_events(size, baseline, work) if baseline else {}
             for name in REPORTED:
                 hot_ms = statistics.median(hot[name])
@@ -208,6 +216,7 @@ def run(sizes: list[int], events: int, baseline: int) -> dict:
                         "events": len(hot[name]),
                         "baseline_events": len(cold.get(name, [])),
                         "hot_max_ms": round(max(hot[name]), 3),
+                        "plan_ms": round(statistics.median(plan_ms[name]), 1),
                         "speedup": None if cr is None else round(cr / max(hot_ms, 1e-3), 1),
                     }
                 )

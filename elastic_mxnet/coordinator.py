@@ -379,7 +379,11 @@ class Coordinator:
                 0,
                 0,
             )
-        started = max((m.version for m in self._workers()), default=-1)
+        # the furthest iteration known to have started: by a worker, or aggregated by a PS
+        ps_done = [
+            m.version - 1 for m in self.members.values() if m.role == "ps" and m.state == "member"
+        ]
+        started = max([m.version for m in self._workers()] + ps_done, default=-1)
         if msg.at_iteration is not None and msg.at_iteration <= started:
             return f"iteration {msg.at_iteration} has already started", 0, 0
         return "", ps, workers

@@ -126,13 +126,26 @@ def launch_job(tmp_path: Path) -> Iterator[Callable[..., Job]]:
             _wait_group_gone(pgid)
 
 
+def _live_members(pgid: int) -> list[int]:
+    """Pids in process group ``pgid`` that are not zombies (from /proc)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
 def _wait_group_gone(pgid: int) -> None:
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
+    while _live_members(pgid):
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"processes {_live_members(pgid)} of group {pgid} survived SIGKILL"
+            )
         time.sleep(0.05)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from elastic_mxnet.job import ScaleRefused
+
 pytestmark = pytest.mark.slow
 
 ITERATIONS = 50
@@ -67,8 +69,7 @@ def test_scale_requests_are_validated(launch_job, tmp_path):
         ["--ps", "1", "--workers", "1", "--max-ps", "2"],
         ["--iterations", "0", "--iter-sleep", "0.01"],
     )
-    job.wait_for(lambda st: st.state == "running", "the first plan")
-    from elastic_mxnet.job import ScaleRefused
+    job.wait_for(lambda st: st.state == "running" and st.version >= 2, "training")
 
     with pytest.raises(ScaleRefused, match="outside the limits"):
         job.job.scale(ps=3)
