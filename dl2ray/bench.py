@@ -5,7 +5,6 @@ Results and the commands that produced them are recorded in docs/BENCHMARKS.md.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -16,17 +15,10 @@ import typer
 
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
+from dl2ray.report import emit
 from dl2ray.view import ClusterView, JobView, Observation
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
-
-
-def _emit(doc: dict, json_out: bool) -> None:
-    if json_out:
-        print(json.dumps(doc))
-    else:
-        for k, v in doc.items():
-            print(f"{k}: {v}")
 
 
 @app.command("sim")
@@ -52,7 +44,7 @@ def bench_sim(
         times.append(time.perf_counter() - t0)
         slots, jobs = result.slots, len(result.end_time)
     wall = statistics.median(times)
-    _emit({"bench": "sim", "config": cfg.name, "scheduler": scheduler, "jobs": jobs,
+    emit({"bench": "sim", "config": cfg.name, "scheduler": scheduler, "jobs": jobs,
            "slots": slots, "wall_s": round(wall, 4), "slots_per_s": round(slots / wall, 1),
            "repeats": repeats}, json_out)
 
@@ -119,7 +111,7 @@ def bench_round(
         tasks = sum(t.workers + t.ps for t in alloc.tasks.values())
     if tasks == 0:
         raise UserError("the scheduler allocated nothing; the benchmark would be meaningless")
-    _emit({"bench": "round", "scheduler": scheduler, "jobs": jobs, "nodes": nodes,
+    emit({"bench": "round", "scheduler": scheduler, "jobs": jobs, "nodes": nodes,
            "tasks_placed": tasks, "seconds": round(statistics.median(times), 4),
            "repeats": repeats}, json_out)
 
@@ -171,7 +163,7 @@ def bench_decide(
         tasks.append(sum(t.workers + t.ps for t in dec.allocation.tasks.values()))
     ms = np.array(times[5:]) * 1e3
     per = ms / np.maximum(np.array(steps[5:]), 1)
-    _emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
+    emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
            "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
            "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
            "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),

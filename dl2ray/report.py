@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,15 @@ from rich.console import Console
 from rich.table import Table
 
 from dl2ray.experiments import Comparison
+
+
+def emit(doc: dict, json_out: bool) -> None:
+    """A result document: one JSON object on stdout, or ``key: value`` lines."""
+    if json_out:
+        print(json.dumps(doc))
+    else:
+        for k, v in doc.items():
+            print(f"{k}: {v}")
 
 
 def comparison_table(comp: Comparison) -> Table:

@@ -18,3 +18,16 @@ def small_config(**groups) -> ExperimentConfig:
         raw[key] = value if not isinstance(value, dict) else {**raw.get(key, {}), **value}
     raw["base_dir"] = str(CONFIGS)
     return ExperimentConfig.model_validate(raw)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """Run ``dl2ray ARGV`` in-process; return (exit code, stdout, stderr)."""
+    from dl2ray.cli import main
+
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -7,19 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from support import CONFIGS, REPO
-
-from dl2ray.cli import main
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from support import CONFIGS, REPO, run_cli
 
 
 def test_simulate_json(capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
+from dl2ray.report import emit
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _err = Console(stderr=True)
@@ -62,11 +62,7 @@ def train_sl(
     doc = {"out": str(out), "teacher": name, "seed": seed, "samples": result.samples,
            "val_accuracy": result.val_accuracy, "policy_avg_jct": result.jct["policy_avg_jct"],
            "teacher_avg_jct": result.jct["teacher_avg_jct"], "jct_ratio": result.jct["ratio"]}
-    if json_out:
-        print(json.dumps(doc))
-    else:
-        for k, v in doc.items():
-            print(f"{k}: {v}")
+    emit(doc, json_out)
 
 
 @app.command("rl")
@@ -127,8 +123,4 @@ def train_rl(
            "final_val_avg_jct": result.validation[-1].avg_jct,
            "best_val_avg_jct": best.avg_jct if best else None, "best_update": best.update if best else None,
            "drf_val_avg_jct": result.baseline_avg_jct}
-    if json_out:
-        print(json.dumps(doc))
-    else:
-        for k, v in doc.items():
-            print(f"{k}: {v}")
+    emit(doc, json_out)

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-from support import small_config
+from support import run_cli, small_config
 
 from dl2ray.experiments import build_simulator
 from dl2ray.learn import seeds
@@ -101,21 +101,9 @@ def _tiny_yaml(tmp_path):
     return path
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    from dl2ray.cli import main
-
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_train_rl_ablation_flags_from_scratch(capsys, tmp_path):
     out = tmp_path / "m" / "rl.pt"
-    code, stdout, _ = _cli(capsys, "train", "rl", "--config", str(_tiny_yaml(tmp_path)), "--updates", "2",
+    code, stdout, _ = run_cli(capsys, "train", "rl", "--config", str(_tiny_yaml(tmp_path)), "--updates", "2",
                            "--out", str(out), "--seed", "3", "--no-critic", "--no-exploration", "--no-replay",
                            "--traces", "2", "--val-traces", "1", "--json")
     assert code == 0, stdout
@@ -126,8 +114,8 @@ def test_cli_train_rl_ablation_flags_from_scratch(capsys, tmp_path):
 
 
 def test_cli_train_rl_user_errors(capsys, tmp_path):
-    code, _, err = _cli(capsys, "train", "rl", "--updates", "1", "--out", str(tmp_path / "x.bin"))
+    code, _, err = run_cli(capsys, "train", "rl", "--updates", "1", "--out", str(tmp_path / "x.bin"))
     assert code != 0 and ".pt" in err
-    code, _, err = _cli(capsys, "train", "rl", "--updates", "1", "--out", str(tmp_path / "x.pt"),
+    code, _, err = run_cli(capsys, "train", "rl", "--updates", "1", "--out", str(tmp_path / "x.pt"),
                         "--init", str(tmp_path / "missing.pt"))
     assert code != 0 and "missing.pt" in err
