@@ -33,3 +33,16 @@ def measurements_file() -> Path:
     if not path.exists():
         pytest.skip(f"shared measurements not present at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray instance (2 CPUs) for the whole test session; tests marked ``ray`` use it."""
+    import os
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
