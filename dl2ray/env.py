@@ -1,0 +1,144 @@
+"""The DL2 decision loop as a gymnasium environment: one step = one inference.
+
+Observation (a ``Dict``, the layout RLlib's action-masking modules expect):
+
+- ``"observations"``: the current window's state, shape ``(J·(L+5),)`` float32
+  in ``[0, 1]`` (:func:`dl2ray.policy.encoding.SlotState.state`);
+- ``"action_mask"``: shape ``(3J+1,)`` float32, 1 where the action is feasible
+  (:meth:`~dl2ray.policy.encoding.SlotState.mask`; the stop action is always 1).
+
+Action: ``Discrete(3J+1)`` in the encoding's order (stop last). A non-stop
+action places its tasks; stop ends the current window. A window with no
+feasible non-stop action is skipped, as in
+:func:`~dl2ray.policy.decision.run_decision`; after the last window the slot's
+allocation is stepped in the simulator. An action the mask forbids is treated
+as stop (counted in ``info["masked_actions"]``), so learners without masking run.
+
+Reward: the sum of the slot rewards ``r_t = Σ_j epochs_j(t)/E_j`` of the slots
+that ended during the step (0 for steps inside a slot); slots with no decision
+to make are stepped automatically and their reward joins the next reward paid.
+The episode terminates when the trace completes, and is truncated when
+``sim.max_slots`` is reached first.
+
+Seeding: ``reset(seed=s)`` seeds ``np_random``, which draws the trace among
+``trace_seeds`` (default: the first 100 training seeds); the simulator is
+deterministic given the trace seed. Imports gymnasium, never Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from dl2ray.config import ExperimentConfig, load_config
+from dl2ray.learn import seeds as seedsets
+from dl2ray.policy.encoding import Encoding, SlotState
+from dl2ray.sim import Simulator
+
+
+class DL2Env(gym.Env):
+    """See the module docstring.
+
+    Build with keywords, or (as RLlib does) with one ``env_config`` mapping
+    holding ``cfg`` (an :class:`ExperimentConfig` or a YAML path; default the
+    testbed) and ``trace_seeds``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium's class attribute)
+
+    def __init__(self, env_config: Mapping[str, Any] | None = None, *, cfg: ExperimentConfig | None = None,
+                 trace_seeds: Sequence[int] | None = None) -> None:
+        from dl2ray.experiments import build_simulator
+
+        opts = dict(env_config or {})
+        cfg = cfg or opts.get("cfg")
+        if not isinstance(cfg, ExperimentConfig):
+            cfg = load_config(cfg)
+        self.cfg = cfg
+        self.trace_seeds = list(trace_seeds or opts.get("trace_seeds") or seedsets.training(100))
+        self.enc = Encoding.from_config(cfg)
+        self.sim: Simulator = build_simulator(cfg)
+        self.observation_space = spaces.Dict({
+            "observations": spaces.Box(0.0, 1.0, (self.enc.state_dim,), np.float32),
+            "action_mask": spaces.Box(0.0, 1.0, (self.enc.action_dim,), np.float32),
+        })
+        self.action_space = spaces.Discrete(self.enc.action_dim)
+        self._slot: SlotState | None = None
+        self._window = 0
+        self._masked = 0
+        self.trace_seed = -1
+
+    # -- gymnasium API -----------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        for _ in range(len(self.trace_seeds)):
+            self.trace_seed = int(self.trace_seeds[int(self.np_random.integers(len(self.trace_seeds)))])
+            self._start_slot(SlotState(self.sim.reset(self.trace_seed), self.enc))
+            self._masked = 0
+            _, ended, _ = self._advance()
+            if not ended:
+                return self._obs(), self._info()
+        raise RuntimeError("no trace among trace_seeds has a decision to make")
+
+    def step(self, action):
+        if self._slot is None:
+            raise RuntimeError("step() before reset() or after the episode ended")
+        a = int(action)
+        mask = self._slot.mask()
+        if not (0 <= a < self.enc.action_dim and mask[a]):
+            a, self._masked = self.enc.stop, self._masked + 1
+        if a == self.enc.stop:
+            self._window += 1
+        else:
+            self._slot.apply(a)
+        reward, ended, truncated = self._advance()
+        if ended:
+            self._slot = None
+            obs = {"observations": np.zeros(self.enc.state_dim, np.float32),
+                   "action_mask": self._stop_only()}
+            return obs, reward, not truncated, truncated, self._info()
+        return self._obs(), reward, False, False, self._info()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _start_slot(self, slot: SlotState) -> None:
+        self._slot, self._window = slot, 0
+        slot.begin(0)
+
+    def _advance(self) -> tuple[float, bool, bool]:
+        """Move to the next decision point; ``(reward of slots ended, episode ended, truncated)``."""
+        reward = 0.0
+        stop = self.enc.stop
+        while True:
+            slot = self._slot
+            assert slot is not None
+            if self._window < slot.num_windows:
+                if slot.window_index != self._window:
+                    slot.begin(self._window)
+                if slot.mask()[:stop].any():
+                    return reward, False, False
+                self._window += 1
+                continue
+            res = self.sim.step(slot.allocation())
+            reward += float(res.reward)
+            if res.done:
+                return reward, True, self.sim.slot >= self.cfg.sim.max_slots
+            self._start_slot(SlotState(res.view, self.enc))
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        assert self._slot is not None
+        return {"observations": self._slot.state().astype(np.float32, copy=True),
+                "action_mask": self._slot.mask().astype(np.float32)}
+
+    def _stop_only(self) -> np.ndarray:
+        m = np.zeros(self.enc.action_dim, np.float32)
+        m[self.enc.stop] = 1.0
+        return m
+
+    def _info(self) -> dict[str, Any]:
+        return {"trace_seed": self.trace_seed, "slot": self.sim.slot, "masked_actions": self._masked}
