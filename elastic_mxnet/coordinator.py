@@ -202,7 +202,7 @@ class Coordinator:
     def close(self) -> None:
         if self.spawner is not None:
             self.spawner.close()
-        self.sock.close(linger=0)
+        self.sock.close(linger=1000)  # let the final Stop messages out
         self.ctx.term()
         if self._owns_snapshot_dir and self.exit_code == 0:
             shutil.rmtree(self.snapshot_dir, ignore_errors=True)

@@ -135,8 +135,10 @@ class ParameterServer:
         self.snapshots.close()
         for sock in self.peers.values():
             sock.close(linger=0)
-        self.link.close()
-        self.data.close(linger=0)
+        self.link.close(linger_ms=1000)
+        # Replies still queued (a removed PS answers its last iteration's pushes
+        # just before it exits) must reach the workers: linger, do not drop.
+        self.data.close(linger=10_000)
         self.ctx.term()
 
     def _drain(self, sock: zmq.Socket, routed: bool, handler) -> None:
