@@ -34,7 +34,9 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
@@ -70,7 +72,7 @@ from elastic_mxnet.messages import (
     Suspended,
     _Msg,
 )
-from elastic_mxnet.spawner import Spawner
+from elastic_mxnet.spawner import Role, Spawner
 
 log = logging.getLogger("elastic_mxnet.coordinator")
 
@@ -167,7 +169,7 @@ class Coordinator:
         self.snapshot_dir = config.sharding.snapshot_dir or tempfile.mkdtemp(
             prefix="elastic-mxnet-"
         )
-        self._handlers = {
+        self._handlers: dict[type, Callable[[bytes, Any], None]] = {
             Register: self._on_register,
             Rejoin: self._on_rejoin,
             Heartbeat: self._on_heartbeat,
@@ -391,7 +393,8 @@ class Coordinator:
     def _spawn_missing(self, more_ps: int, more_workers: int) -> None:
         if self.spawner is None:
             return
-        for role, more in (("ps", more_ps), ("worker", more_workers)):
+        wanted: list[tuple[Role, int]] = [("ps", more_ps), ("worker", more_workers)]
+        for role, more in wanted:
             for _ in range(max(0, more - len(self._standby(role)))):
                 self.spawner.spawn(role, self.address)
 

@@ -30,7 +30,8 @@ class ProtocolError(ValueError):
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    v: Literal[1] = PROTOCOL_VERSION
+    v: Literal[1] = 1
+    kind: str
 
 
 class ArraySpec(BaseModel):
@@ -395,7 +396,7 @@ def encode(msg: _Msg, arrays: Sequence[np.ndarray] = ()) -> list[bytes | memoryv
         if a.dtype.name not in DTYPES:
             raise ProtocolError(f"unsupported dtype {a.dtype.name}")
         specs.append({"dtype": a.dtype.name, "shape": list(a.shape)})
-        frames.append(memoryview(a).cast("B"))
+        frames.append(a.data.cast("B"))
     header = msg.model_dump(mode="json")
     header["arrays"] = specs
     return [msgpack.packb(header, use_bin_type=True), *frames]

@@ -7,6 +7,7 @@ processes (or two runs) given the same seed start from identical values.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -15,11 +16,14 @@ from elastic_mxnet._mx import mx
 gluon = mx.gluon
 nn = mx.gluon.nn
 
+Net = Any
+"""A Gluon block (MXNet ships no type information)."""
+
 IMAGE_SHAPE = (1, 12, 12)
 """Channels, height, width of the CNN's synthetic images."""
 
 
-def mlp(in_units: int, hidden: list[int], classes: int) -> nn.HybridSequential:
+def mlp(in_units: int, hidden: list[int], classes: int) -> Net:
     """Dense-ReLU stack with known input sizes (no deferred initialisation)."""
     net = nn.HybridSequential(prefix="mlp_")
     with net.name_scope():
@@ -40,7 +44,7 @@ def mlp_hidden_for(params: int, in_units: int, classes: int) -> int:
     return max(1, round((-b + math.sqrt(b * b + 4 * (params - classes))) / 2))
 
 
-def small_cnn(classes: int) -> nn.HybridSequential:
+def small_cnn(classes: int) -> Net:
     """Conv(8,3x3)-ReLU-MaxPool(2)-Conv(16,3x3)-ReLU-Dense on 1x12x12 images (~4 k params)."""
     net = nn.HybridSequential(prefix="cnn_")
     with net.name_scope():
@@ -52,9 +56,7 @@ def small_cnn(classes: int) -> nn.HybridSequential:
     return net
 
 
-def build(
-    model: str, params: int = 0, in_units: int = 32, classes: int = 10
-) -> nn.HybridSequential:
+def build(model: str, params: int = 0, in_units: int = 32, classes: int = 10) -> Net:
     """``mlp`` (32-64-10), ``cnn`` or ``mlp-params`` (two hidden layers sized for ``params``)."""
     if model == "mlp":
         return mlp(in_units, [64], classes)
@@ -66,7 +68,7 @@ def build(
     raise ValueError(f"unknown model {model!r}: use mlp, cnn or mlp-params")
 
 
-def init_params(net: gluon.Block, seed: int) -> None:
+def init_params(net: Net, seed: int) -> None:
     """Glorot-uniform weights and zero biases, drawn in parameter order from ``seed``."""
     net.initialize(mx.init.Zero())
     rng = np.random.default_rng(seed)
@@ -82,7 +84,7 @@ def init_params(net: gluon.Block, seed: int) -> None:
         p.set_data(mx.nd.array(value))
 
 
-def num_params(net: gluon.Block) -> int:
+def num_params(net: Net) -> int:
     """Number of scalar parameters."""
     return sum(int(np.prod(p.shape)) for p in net.collect_params().values())
 

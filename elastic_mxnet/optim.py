@@ -91,4 +91,4 @@ def spec_from_gluon(name: str, params: dict[str, float] | None) -> OptimizerSpec
         )
     if name.lower() not in ("sgd", "adam"):
         raise ValueError(f"unsupported optimizer {name!r}; use 'sgd' or 'adam'")
-    return OptimizerSpec(name=name.lower(), **params)
+    return OptimizerSpec.model_validate({"name": name.lower(), **params})

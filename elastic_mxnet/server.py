@@ -334,9 +334,11 @@ class ParameterServer:
     # ---- control ------------------------------------------------------------
 
     def _on_control(self, _ident: bytes | None, msg: _Msg, _arrays: list[np.ndarray]) -> None:
-        msg = self.link.handle(msg)
-        if msg is None:
-            return
+        todo = self.link.handle(msg)
+        if todo is not None:
+            self._dispatch_control(todo)
+
+    def _dispatch_control(self, msg: _Msg) -> None:
         if isinstance(msg, Prepare):
             self._on_prepare(msg.plan)
         elif isinstance(msg, Commit):

@@ -32,6 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from typing import Literal
 
 import numpy as np
 import zmq
@@ -119,7 +120,9 @@ class _Control(threading.Thread):
         except wire.RoutedProtocolError as exc:
             log.warning("bad message from coordinator: %s", exc)
             return
-        msg = self.link.handle(msg)
+        self._dispatch(self.link.handle(msg))
+
+    def _dispatch(self, msg: _Msg | None) -> None:
         if isinstance(msg, Prepare):
             self._on_prepare(msg.plan)
         elif isinstance(msg, Commit | Abort | Resume):
@@ -279,11 +282,8 @@ class ElasticTrainer:
     def close(self) -> None:
         """Leave the job (finished or removed) and release sockets."""
         if self._control.is_alive():
-            reason = (
-                "finished"
-                if self.plan is None or self.member_id in self.plan.workers
-                else "removed"
-            )
+            stayed = self.plan is None or self.member_id in self.plan.workers
+            reason: Literal["finished", "removed"] = "finished" if stayed else "removed"
             self._control.outbox.append(Leave(member_id=self.member_id, reason=reason))
             self._control.close()
         for sock in self._ps.values():
