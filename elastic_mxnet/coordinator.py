@@ -454,6 +454,9 @@ class Coordinator:
             epochs_done=version * gb / self.job.num_samples if self.job else 0.0,
             last_suspension_ms=last,
             events=self.events,
+            operation=self.op.change
+            if self.op
+            else (self.request.change if self.request else None),
         )
 
     # ---- planning -----------------------------------------------------------

@@ -333,6 +333,8 @@ class StatusReply(_Msg):
     epochs_done: float
     last_suspension_ms: float | None
     events: list[ScalingEvent]
+    operation: str | None = None
+    """The change in progress or waiting for its new members, if any."""
 
 
 class StopRequest(_Msg):

@@ -8,10 +8,12 @@ training on the same global batches, up to float summation order.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
-from elastic_mxnet.job import ScaleRefused
+from elastic_mxnet.job import ElasticJob, ScaleRefused
 
 pytestmark = pytest.mark.slow
 
@@ -78,5 +80,14 @@ def test_scale_requests_are_validated(launch_job, tmp_path):
     with pytest.raises(ScaleRefused, match="already started"):
         job.job.scale(ps=2, at_iteration=0)
     assert job.job.scale(ps=1).reason == "no change"
+
+    # one operation at a time: a second request while the first waits for its new PS
+    with ThreadPoolExecutor(1) as pool, ElasticJob(job.address, timeout_s=120) as other:
+        first = pool.submit(other.scale, ps=2)
+        job.wait_for(lambda st: st.operation == "add_ps", "the first request")
+        with pytest.raises(ScaleRefused, match="busy"):
+            job.job.scale(workers=2)
+        assert first.result(timeout=120).ok
+    assert [m.role for m in job.status().members].count("ps") == 2
     job.job.stop()
     assert job.wait_exit() == 0
