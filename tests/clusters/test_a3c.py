@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from support import small_config
 
-from clusters.a3c import A3COptions, A3CRun, GlobalPolicy
+from clusters.a3c import A3COptions, A3CRun
 from clusters.backend import ClusterBackend
 from clusters.sim_backend import SimBackend
 from dl2ray.learn import seeds
@@ -30,46 +32,53 @@ def test_sim_backend_follows_the_protocol() -> None:
     assert nxt.slot == view.slot + 1 and reward == 0.0 and not done
 
 
-@pytest.mark.ray
-def test_two_agents_train_and_survive_a_killed_agent(ray_session, tmp_path) -> None:
-    ray = ray_session
-    run = A3CRun(TINY, None, agents=2, seed=0, checkpoint=tmp_path / "a3c.pt", options=OPTS)
-    try:
-        first = run.train(4, chunk=2)
-        assert first >= 4
-        before = ray.get(run.gp.stats.remote())["per_agent"]
-        assert set(before) == {0, 1}
-        ray.kill(run.agents[0], no_restart=False)
-        after = run.train(first + 6, chunk=2)
-        assert after >= first + 6
-        rep = ray.get(run.agents[0].run.remote(1))  # Ray restarted the killed agent
-        assert rep.incarnation == 1 and rep.pushed == 1 and rep.last_update >= first
-        per_agent = ray.get(run.gp.stats.remote())["per_agent"]
-        assert per_agent[0] > before[0]
-        assert (tmp_path / "a3c.pt").exists()
-    finally:
-        run.shutdown()
+def _stats_after_restart(ray, gp, tries: int = 600) -> dict:
+    """``stats()`` of the restarted actor (ray.kill is asynchronous: the old one may still answer)."""
+    for _ in range(tries):
+        st = ray.get(gp.stats.remote())
+        if st["resumed"]:
+            return st
+        time.sleep(0.1)
+    raise AssertionError("the GlobalPolicy did not come back from its checkpoint")
+
+
+@pytest.fixture(scope="module")
+def a3c_run(ray_session, tmp_path_factory):
+    """One GlobalPolicy and two agents shared by this module's Ray tests (actor start-up is the slow part)."""
+    run = A3CRun(TINY, None, agents=2, seed=0, checkpoint=tmp_path_factory.mktemp("a3c") / "a3c.pt",
+                 options=OPTS)
+    yield run
+    run.shutdown()
 
 
 @pytest.mark.ray
-def test_restarted_global_policy_resumes_from_its_checkpoint(ray_session, tmp_path) -> None:
-    ray = ray_session
-    ckpt = tmp_path / "global.pt"
-    gp = GlobalPolicy.remote(TINY, None, 0, str(ckpt), 2)
-    try:
-        _, w0 = ray.get(gp.get_weights.remote())
-        rng = np.random.default_rng(0)
-        counts = [ray.get(gp.apply_gradients.remote(rng.normal(size=w0.size).astype(np.float32), 7))
-                  for _ in range(4)]
-        assert counts == [1, 2, 3, 4]
-        updates, w4 = ray.get(gp.get_weights.remote())
-        assert updates == 4
-        ray.kill(gp, no_restart=False)
-        stats = ray.get(gp.stats.remote())  # queued until the actor is back
-        assert stats == {"updates": 4, "per_agent": {7: 4}, "resumed": True}
-        _, w_back = ray.get(gp.get_weights.remote())
-        np.testing.assert_array_equal(w_back, w4)
-        assert not np.array_equal(w4, w0)
-        assert ray.get(gp.apply_gradients.remote(np.zeros(w0.size, np.float32), 7)) == 5
-    finally:
-        ray.kill(gp, no_restart=True)
+def test_two_agents_train_and_survive_a_killed_agent(ray_session, a3c_run) -> None:
+    ray, run = ray_session, a3c_run
+    first = run.train(4, chunk=2)
+    assert first >= 4
+    before = ray.get(run.gp.stats.remote())["per_agent"]
+    assert set(before) == {0, 1}
+    ray.kill(run.agents[0], no_restart=False)
+    after = run.train(first + 6, chunk=2)  # training goes on while Ray restarts the agent
+    assert after >= first + 6
+    rep = ray.get(run.agents[0].run.remote(1))  # the killed agent is back, with fresh state
+    assert rep.incarnation == 1 and rep.pushed == 1 and rep.last_update >= first
+    assert ray.get(run.gp.stats.remote())["per_agent"][0] > before[0]
+
+
+@pytest.mark.ray
+def test_restarted_global_policy_resumes_from_its_checkpoint(ray_session, a3c_run) -> None:
+    ray, run = ray_session, a3c_run
+    run.train(run.updates() + 2, chunk=1)
+    _, w = ray.get(run.gp.get_weights.remote())
+    while ray.get(run.gp.stats.remote())["updates"] % OPTS.checkpoint_every:  # end on a checkpoint
+        ray.get(run.gp.apply_gradients.remote(np.ones(w.size, np.float32), 9))
+    before = ray.get(run.gp.stats.remote())
+    updates, weights = ray.get(run.gp.get_weights.remote())
+    assert not before["resumed"] and updates == before["updates"]
+    ray.kill(run.gp, no_restart=False)
+    after = _stats_after_restart(ray, run.gp)
+    assert after == {**before, "resumed": True}
+    _, back = ray.get(run.gp.get_weights.remote())
+    np.testing.assert_array_equal(back, weights)
+    assert run.train(updates + 2, chunk=1) >= updates + 2  # the agents push to the restarted actor
