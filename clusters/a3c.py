@@ -278,12 +278,17 @@ class A3CRun:
     def train(self, updates: int, chunk: int = 4) -> int:
         """Run the agents until the global update count reaches ``updates``; returns the count.
 
-        Agents work in calls of ``chunk`` pushes, so the count may overshoot by up
-        to ``agents·chunk - 1``. A call whose agent died is retried by Ray once the
-        agent is restarted (``max_task_retries``); an agent out of restarts raises.
+        Agents work in calls of at most ``chunk`` pushes (fewer near the target), so
+        the count may overshoot by up to ``agents - 1``. A call whose agent died is
+        retried by Ray once the agent is restarted (``max_task_retries``); an agent
+        out of restarts raises.
         """
-        running: dict[ray.ObjectRef, int] = {a.run.remote(chunk): i for i, a in enumerate(self.agents)}
         count = self.updates()
+
+        def calls() -> int:  # pushes per call: at most chunk, fewer near the target to limit overshoot
+            return max(1, min(chunk, -(-(updates - count) // len(self.agents))))
+
+        running: dict[ray.ObjectRef, int] = {a.run.remote(calls()): i for i, a in enumerate(self.agents)}
         while running:
             [ref], _ = ray.wait(list(running), num_returns=1)
             i = running.pop(ref)
@@ -295,7 +300,7 @@ class A3CRun:
                 self.restarts += 1
             count = max(count, self.updates())
             if count < updates:
-                running[self.agents[i].run.remote(chunk)] = i
+                running[self.agents[i].run.remote(calls())] = i
         return self.updates()
 
     def run_for(self, seconds: float) -> list[AgentReport]:
