@@ -21,6 +21,7 @@ import typer
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
+from dl2ray.learn.cli import check_checkpoint_paths
 from dl2ray.report import emit
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -52,10 +53,7 @@ def train(
     from clusters.a3c import A3COptions, train_a3c
 
     cfg = load_config(config)
-    if out.suffix != ".pt":
-        raise UserError(f"--out: {out}: expected a .pt checkpoint path")
-    if init is not None and not init.is_file():
-        raise UserError(f"--init: {init}: no such checkpoint")
+    check_checkpoint_paths(out, init)
     _start_ray(cpus or agents)
     opts = A3COptions(traces=traces, checkpoint_every=checkpoint_every)
     res = train_a3c(cfg, init, agents, updates, out, seed, opts)

@@ -65,6 +65,14 @@ def train_sl(
     emit(doc, json_out)
 
 
+def check_checkpoint_paths(out: Path, init: Path | None) -> None:
+    """``--out`` must name a ``.pt`` file and ``--init``, if given, must exist (UserError otherwise)."""
+    if out.suffix != ".pt":
+        raise UserError(f"--out: {out}: expected a .pt checkpoint path")
+    if init is not None and not init.is_file():
+        raise UserError(f"--init: {init}: no such checkpoint")
+
+
 @app.command("rl")
 def train_rl(
     out: Annotated[Path, typer.Option(help="checkpoint to write (OUT.best.pt, OUT.json, OUT.tb/ beside it)")],
@@ -96,10 +104,7 @@ def train_rl(
     from dl2ray.learn import rl
 
     cfg = load_config(config)
-    if out.suffix != ".pt":
-        raise UserError(f"--out: {out}: expected a .pt checkpoint path")
-    if init is not None and not init.is_file():
-        raise UserError(f"--init: {init}: no such checkpoint")
+    check_checkpoint_paths(out, init)
     opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup)
