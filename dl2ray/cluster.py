@@ -97,7 +97,7 @@ class Placer:
         key = _key(demand)
         if self._known_to_fail(key):
             return None
-        node = self._choose(key)
+        node = self._peek(key)
         if node is None:
             self._failed.append(key)
             return None
@@ -137,8 +137,7 @@ class Placer:
 
     def can_place(self, demand: np.ndarray) -> bool:
         """Would :meth:`place` succeed for this demand right now?"""
-        key = _key(demand)
-        return not self._known_to_fail(key) and self._peek(key) is not None
+        return self.peek(demand) is not None
 
     def peek(self, demand: np.ndarray) -> int | None:
         """The node :meth:`place` would choose for this demand now (None: none fits).
@@ -146,7 +145,7 @@ class Placer:
         Places nothing; lets a scheduler score a candidate by its node (Tetris).
         """
         key = _key(demand)
-        return None if self._known_to_fail(key) else self._choose(key)
+        return None if self._known_to_fail(key) else self._peek(key)
 
     def allocation(self) -> Allocation:
         """The tasks placed so far as an Allocation with explicit placement."""
@@ -194,9 +193,6 @@ class Placer:
                 return node
             heapq.heappop(heap)
         return None
-
-    def _choose(self, key: tuple[float, float, float]) -> int | None:
-        return self._peek(key)
 
     def _scan(self, key: tuple[float, float, float]) -> int | None:
         """Linear fallback for a demand the catalogue does not list."""
