@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # make `support` importable everywhere
 
@@ -15,6 +16,11 @@ from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.speed import SpeedModel, load_surfaces
 
 __all__ = ["small_config"]
+
+# Tests assert behaviour, never wall-clock time: no hypothesis deadlines
+# (a loaded 2-core CI machine made a 200 ms deadline flaky).
+settings.register_profile("dl2ray", deadline=None)
+settings.load_profile("dl2ray")
 
 
 @pytest.fixture(scope="session")
