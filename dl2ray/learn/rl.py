@@ -138,10 +138,12 @@ class Trainer:
     """The state of one run: networks, optimiser, collector, buffer, generators, history."""
 
     def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
-                 policy: PolicyNet | None = None, value: ValueNet | None = None) -> None:
+                 policy: PolicyNet | None = None, value: ValueNet | None = None,
+                 val_cfg: ExperimentConfig | None = None) -> None:
         from dl2ray.experiments import build_simulator
 
         self.cfg, self.opts, self.seed = cfg, opts, seed
+        self.val_cfg = val_cfg or cfg  # validation simulator; another one for OfflineRL
         self.enc = Encoding.from_config(cfg)
         if policy is None or value is None:
             policy, value = self._networks(init)
@@ -193,7 +195,7 @@ class Trainer:
         return row
 
     def validate(self) -> ValidationRow:
-        row = ValidationRow(self.updates, validate(self.cfg, self.policy, self.val_seeds))
+        row = ValidationRow(self.updates, validate(self.val_cfg, self.policy, self.val_seeds))
         self.result.validation.append(row)
         return row
 
@@ -239,15 +241,21 @@ def train_rl(
     cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path | None,
     options: RLOptions | None = None, logdir: Path | None = None, resume: bool = False,
     on_update: Callable[[UpdateRow, ValidationRow | None], None] | None = None,
+    val_cfg: ExperimentConfig | None = None,
 ) -> tuple[Trainer, RLResult]:
-    """Train until ``updates`` updates in total; see the module docstring for files written."""
+    """Train until ``updates`` updates in total; see the module docstring for files written.
+
+    ``val_cfg``: validate (and measure DRF's baseline) in this config's simulator
+    instead of ``cfg``'s — e.g. train on the analytic speed model, validate on
+    the measured one (OfflineRL).
+    """
     opts = options or RLOptions()
-    trainer = Trainer(cfg, init, seed, opts)
+    trainer = Trainer(cfg, init, seed, opts, val_cfg=val_cfg)
     if resume and out is not None and out.exists():
         trainer.restore(out)
     writer = _writer(logdir)
     if not trainer.result.validation:
-        trainer.result.baseline_avg_jct = heuristic_jct(cfg, "drf", trainer.val_seeds)
+        trainer.result.baseline_avg_jct = heuristic_jct(trainer.val_cfg, "drf", trainer.val_seeds)
         _log_validation(writer, trainer.validate())
         if out is not None:
             trainer.save(out.with_suffix(".best.pt"))
