@@ -97,10 +97,66 @@ class Encoding:
         return divmod(action, self.window)
 
 
-def _keys(demands: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Index of each row among the distinct rows of ``demands`` (shape (L, 3))."""
-    uniq, inverse = np.unique(demands, axis=0, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64), [u.copy() for u in uniq]
+@dataclass(frozen=True)
+class JobArrays:
+    """Everything about a view's jobs that the decision loop reads, padded to whole windows.
+
+    ``P = num_windows·J`` rows in job order; padding rows have ``present`` False
+    and zeros elsewhere. Demands are indices into ``demands``, the distinct task
+    demand vectors of the jobs (workers and PS together).
+    """
+
+    static: np.ndarray      # (num_windows, J, L+5) float32: the state with nothing allocated yet
+    present: np.ndarray     # (P,) bool
+    max_workers: np.ndarray  # (P,) int64 caps (0 for padding)
+    max_ps: np.ndarray      # (P,) int64
+    wkey: np.ndarray        # (P,) int64: row of ``demands`` of the job's worker
+    pkey: np.ndarray        # (P,) int64: row of ``demands`` of the job's PS
+    demands: np.ndarray     # (K, 3) float64 distinct task demands (cpu, gpu, mem)
+    wshare: np.ndarray      # (P, 3) float64: worker demand / cluster total, per resource
+    pshare: np.ndarray      # (P, 3) float64: PS demand / cluster total
+    share_scale: float      # 1 / c (column L+2 is the dominant share · share_scale, capped at 1)
+
+    @classmethod
+    def of(cls, view: ClusterView, enc: Encoding) -> JobArrays:
+        J, L, cat = enc.window, enc.num_types, view.catalogue
+        if len(cat) != L:
+            raise ValueError(f"encoding has {L} job types, the view's catalogue {len(cat)}")
+        jobs, m = view.jobs, len(view.jobs)
+        P = max(1, -(-m // J)) * J
+        total = view.total_capacity
+        inv_total = np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), 0.0)
+        caps = np.array([[t.max_workers, t.max_ps] for t in cat.types], dtype=np.float64)
+        at_caps = (caps[:, :1] * cat.worker_demand + caps[:, 1:] * cat.ps_demand) * inv_total
+        x = np.zeros((P, L + FEATURES), dtype=np.float32)
+        present = np.zeros(P, dtype=bool)
+        present[:m] = True
+        maxw, maxp = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+        wkey, pkey = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+        wshare, pshare = np.zeros((P, 3)), np.zeros((P, 3))
+        demands = np.zeros((0, 3))
+        if m:
+            ti = np.fromiter((j.type_index for j in jobs), np.int64, m)
+            x[np.arange(m), ti] = 1.0
+            slots = np.fromiter((j.slots_run for j in jobs), np.float64, m)
+            x[:m, L + _COL_SLOTS] = np.clip(slots / enc.slots_run_scale, 0.0, 1.0)
+            rem = np.fromiter((j.remaining_epochs / j.est_epochs for j in jobs), np.float64, m)
+            x[:m, L + _COL_REMAINING] = np.clip(rem, 0.0, 1.0)
+            maxw[:m] = [j.max_workers for j in jobs]
+            maxp[:m] = [j.max_ps for j in jobs]
+            wd = np.array([j.worker_demand for j in jobs], dtype=np.float64).reshape(m, 3)
+            pd = np.array([j.ps_demand for j in jobs], dtype=np.float64).reshape(m, 3)
+            demands, inverse = np.unique(np.concatenate([wd, pd]), axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            wkey[:m], pkey[:m] = inverse[:m], inverse[m:]
+            wshare[:m], pshare[:m] = wd * inv_total, pd * inv_total
+        return cls(x.reshape(-1, J, L + FEATURES), present, maxw, maxp, wkey, pkey,
+                   np.ascontiguousarray(demands), wshare, pshare, 1.0 / max(float(at_caps.max()), 1e-12))
+
+
+def _fits(free, demand) -> bool:
+    """``free + ε ≥ demand`` in every resource (as :class:`~dl2ray.cluster.Placer` tests it)."""
+    return free[0] + _EPS >= demand[0] and free[1] + _EPS >= demand[1] and free[2] + _EPS >= demand[2]
 
 
 class InfeasibleAction(ValueError):
@@ -114,25 +170,20 @@ class SlotState:
     view's free capacity) and, for the current window, the state matrix, the
     task counts and the mask. Use: ``for k in range(s.num_windows): s.begin(k)``
     then alternate :meth:`mask` / :meth:`apply`; finally :meth:`allocation`.
+
+    This is the step-by-step reference of the decision loop (any chooser can
+    drive it); :func:`dl2ray.policy.decision.run_decision` runs a plain policy
+    chooser through an equivalent compiled loop instead.
     """
 
     def __init__(self, view: ClusterView, enc: Encoding) -> None:
-        cat = view.catalogue
-        if len(cat) != enc.num_types:
-            raise ValueError(f"encoding has {enc.num_types} job types, the view's catalogue {len(cat)}")
+        self.arrays = JobArrays.of(view, enc)
         self.view, self.enc = view, enc
         self.placer = view.placer()
         # Free capacity per node, mirrored from every placement (to test a bundle on one node).
         self._free: list[list[float]] = view.free.tolist()
         self._n = len(view.jobs)
-        total = view.total_capacity
-        self._inv_total = np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), 0.0)
-        caps = np.array([[t.max_workers, t.max_ps] for t in cat.types], dtype=np.float64)
-        at_caps = (caps[:, :1] * cat.worker_demand + caps[:, 1:] * cat.ps_demand) * self._inv_total
-        self._share_scale = 1.0 / max(float(at_caps.max()), 1e-12)
-        self._wkey_of_type, self._wdem = _keys(cat.worker_demand)
-        self._pkey_of_type, self._pdem = _keys(cat.ps_demand)
-        self._bkey_of_type = self._wkey_of_type * len(self._pdem) + self._pkey_of_type
+        self._demands = list(self.arrays.demands)
         self.window_index = -1
 
     @property
@@ -147,40 +198,20 @@ class SlotState:
 
     def begin(self, k: int) -> None:
         """Make window ``k`` (jobs ``kJ .. kJ+J-1``) current and encode it."""
-        J, L = self.enc.window, self.enc.num_types
-        jobs = self.view.jobs[k * J:(k + 1) * J]
-        self.window_index, self._jobs = k, jobs
-        m = len(jobs)
-        x = np.zeros((J, L + FEATURES), dtype=np.float32)
-        self._present = np.zeros(J, dtype=bool)
-        self._present[:m] = True
+        J, a = self.enc.window, self.arrays
+        rows = slice(k * J, (k + 1) * J)
+        self.window_index, self._jobs = k, self.view.jobs[rows]
+        self._x = a.static[k].copy()
+        self._present = a.present[rows]
         self._w = [0] * J
         self._p = [0] * J
-        self._maxw = np.zeros(J, dtype=np.int64)
-        self._maxp = np.zeros(J, dtype=np.int64)
-        self._wk = np.zeros(J, dtype=np.int64)
-        self._pk = np.zeros(J, dtype=np.int64)
-        self._bk = np.zeros(J, dtype=np.int64)
-        self._wshare = np.zeros((J, 3))
-        self._pshare = np.zeros((J, 3))
-        if m:
-            ti = np.fromiter((j.type_index for j in jobs), np.int64, m)
-            x[np.arange(m), ti] = 1.0
-            slots = np.fromiter((j.slots_run for j in jobs), np.float64, m)
-            x[:m, L + _COL_SLOTS] = np.clip(slots / self.enc.slots_run_scale, 0.0, 1.0)
-            rem = np.fromiter((j.remaining_epochs / j.est_epochs for j in jobs), np.float64, m)
-            x[:m, L + _COL_REMAINING] = np.clip(rem, 0.0, 1.0)
-            self._maxw[:m] = [j.max_workers for j in jobs]
-            self._maxp[:m] = [j.max_ps for j in jobs]
-            self._wk[:m], self._pk[:m] = self._wkey_of_type[ti], self._pkey_of_type[ti]
-            self._bk[:m] = self._bkey_of_type[ti]
-            self._wshare[:m] = np.stack([j.worker_demand for j in jobs]) * self._inv_total
-            self._pshare[:m] = np.stack([j.ps_demand for j in jobs]) * self._inv_total
-        self._x = x
-        self._wshare_rows = self._wshare.tolist()
-        self._pshare_rows = self._pshare.tolist()
-        self._bkeys = sorted({int(k) for k in self._bk[:m]})
-        self._fits: tuple[list[bool], list[bool], dict[int, bool]] | None = None
+        self._maxw, self._maxp = a.max_workers[rows], a.max_ps[rows]
+        self._wk, self._pk = a.wkey[rows], a.pkey[rows]
+        self._wshare_rows = a.wshare[rows].tolist()
+        self._pshare_rows = a.pshare[rows].tolist()
+        m = len(self._jobs)
+        self._pairs = sorted({(int(w), int(p)) for w, p in zip(self._wk[:m], self._pk[:m], strict=True)})
+        self._fits: tuple[list[bool], dict[tuple[int, int], bool]] | None = None
         self._mask = np.zeros(self.enc.action_dim, dtype=bool)
         self._fresh = False
 
@@ -249,7 +280,8 @@ class SlotState:
         ws, ps = self._wshare_rows[i], self._pshare_rows[i]
         share = max(w * ws[0] + p * ps[0], w * ws[1] + p * ps[1], w * ws[2] + p * ps[2])
         return np.array(
-            [min(share * self._share_scale, 1.0), w / self._maxw[i], p / self._maxp[i]], dtype=np.float32
+            [min(share * self.arrays.share_scale, 1.0), w / self._maxw[i], p / self._maxp[i]],
+            dtype=np.float32,
         )
 
     def _place(self, job_id: int, role: str, demand: np.ndarray) -> bool:
@@ -269,50 +301,46 @@ class SlotState:
         f[1] += demand[1]
         f[2] += demand[2]
 
-    def _evaluate_fits(self) -> tuple[list[bool], list[bool], dict[int, bool]]:
-        """Can a worker / a PS / a bundle of each distinct demand be placed now?"""
-        peek = self.placer.peek
-        wnode = [peek(d) for d in self._wdem]
-        pnode = [peek(d) for d in self._pdem]
-        bf: dict[int, bool] = {}
-        npk = len(self._pdem)
-        for key in self._bkeys:
-            wk, pk = divmod(key, npk)
-            bf[key] = self._bundle_fits(wnode[wk], pnode[pk], wk, pk)
-        return [n is not None for n in wnode], [n is not None for n in pnode], bf
+    def _evaluate_fits(self) -> tuple[list[bool], dict[tuple[int, int], bool]]:
+        """Can a task of each distinct demand, and a bundle of each (worker, PS) pair, be placed now?"""
+        node = [self.placer.peek(d) for d in self._demands]
+        bf = {(wk, pk): self._bundle_fits(node[wk], node[pk], wk, pk) for wk, pk in self._pairs}
+        return [n is not None for n in node], bf
 
     def _bundle_fits(self, a: int | None, b: int | None, wk: int, pk: int) -> bool:
         """Would a worker then a PS be placed (as :meth:`Placer.place_bundle` does)?
 
         The worker goes to node ``a`` (the placer's choice for it). If the PS's
         node ``b`` is another node it still fits after that; if it is the same,
-        the bundle fits when ``a`` holds both. Otherwise try it (rare: a nearly full
-        cluster) — a worker and a PS may each fit somewhere yet not both.
+        the bundle fits when ``a`` holds both. Otherwise (rare: a nearly full
+        cluster) the PS needs ``a`` after the worker, or any other node: a worker
+        and a PS may each fit somewhere yet not both. Reads, never changes, the placement.
         """
         if a is None or b is None:
             return False
         if a != b:
             return True
-        wd, pd = self._wdem[wk], self._pdem[pk]
+        wd, pd = self._demands[wk], self._demands[pk]
         f = self._free[a]
-        if f[0] + _EPS >= wd[0] + pd[0] and f[1] + _EPS >= wd[1] + pd[1] and f[2] + _EPS >= wd[2] + pd[2]:
+        both = (wd[0] + pd[0], wd[1] + pd[1], wd[2] + pd[2])
+        after_worker = (f[0] - wd[0], f[1] - wd[1], f[2] - wd[2])
+        if _fits(f, both) or _fits(after_worker, pd):
             return True
-        self.placer.place(-1, "worker", wd)
-        ok = self.placer.can_place(pd)
-        self.placer.unplace(-1, "worker", wd)
-        return ok
+        return any(_fits(g, pd) for n, g in enumerate(self._free) if n != a)
 
     def _full_mask(self) -> None:
         assert self._fits is not None
-        wf, pf, bf = self._fits
+        fit, bf = self._fits
         J = self.enc.window
         w, p = np.asarray(self._w), np.asarray(self._p)
         wroom = self._present & (w < self._maxw)
         proom = self._present & (p < self._maxp)
-        bfit = np.array([bf.get(int(k), False) for k in self._bk], dtype=bool)
+        fit_arr = np.asarray(fit or [False], dtype=bool)  # no jobs: no demands
+        bfit = np.array([bf.get((int(a), int(b)), False) for a, b in zip(self._wk, self._pk, strict=True)],
+                        dtype=bool)
         m = self._mask
-        m[:J] = wroom & np.asarray(wf, dtype=bool)[self._wk]
-        m[J:2 * J] = proom & np.asarray(pf, dtype=bool)[self._pk]
+        m[:J] = wroom & fit_arr[self._wk]
+        m[J:2 * J] = proom & fit_arr[self._pk]
         m[2 * J:3 * J] = wroom & proom & bfit
         m[3 * J] = True
 
@@ -323,13 +351,14 @@ class SlotState:
         """After an action on row i: only its caps changed (fits are rechecked in mask())."""
         if self._fits is None:
             return
-        wf, pf, bf = self._fits
+        fit, bf = self._fits
         J = self.enc.window
+        wk, pk = int(self._wk[i]), int(self._pk[i])
         wroom = self._w[i] < self._maxw[i]
         proom = self._p[i] < self._maxp[i]
-        self._mask[i] = wroom and wf[self._wk[i]]
-        self._mask[J + i] = proom and pf[self._pk[i]]
-        self._mask[2 * J + i] = wroom and proom and bf.get(int(self._bk[i]), False)
+        self._mask[i] = wroom and fit[wk]
+        self._mask[J + i] = proom and fit[pk]
+        self._mask[2 * J + i] = wroom and proom and bf.get((wk, pk), False)
 
 
 def encode_window(view: ClusterView, enc: Encoding, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
