@@ -48,6 +48,26 @@ def _key(demand: np.ndarray) -> Key:
     return (float(demand[0]), float(demand[1]), float(demand[2]))
 
 
+def _initial_heap(
+    capacity: np.ndarray, free: np.ndarray, inv: np.ndarray, key: Key, sign: int
+) -> list[tuple[float, int, int]]:
+    """``(score, node, version 0)`` of every node that fits ``key``, heapified.
+
+    The same numbers as :meth:`Placer._score` / :meth:`Placer._fits` (the same
+    float operations, node by node), computed over all nodes at once.
+    """
+    d = np.array(key)
+    fits = np.all(free + _EPS >= d, axis=1)
+    used = np.zeros(len(free))
+    for r in (0, 1, 2):
+        if key[r] > 0:
+            used = np.maximum(used, (capacity[:, r] - free[:, r]) * inv[:, r])
+    nodes = np.flatnonzero(fits)
+    heap = list(zip((sign * used[nodes]).tolist(), nodes.tolist(), [0] * len(nodes), strict=True))
+    heapq.heapify(heap)
+    return heap
+
+
 class Placer:
     """Tentative task placement over a ``(N, 3)`` free-capacity snapshot.
 
@@ -61,9 +81,12 @@ class Placer:
         demands: Iterable[np.ndarray] = (),
         sign: int = 1,
     ) -> None:
+        capacity = np.asarray(capacity, dtype=np.float64)
+        free = np.asarray(free, dtype=np.float64)
+        inv = np.divide(1.0, capacity, out=np.zeros_like(capacity), where=capacity > 0)
         self._cap: list[list[float]] = capacity.tolist()
         self._free: list[list[float]] = free.tolist()
-        self._inv = [[1.0 / c if c > 0 else 0.0 for c in row] for row in self._cap]
+        self._inv: list[list[float]] = inv.tolist()
         self._sign = sign
         self._version = [0] * len(self._cap)
         self._workers: dict[int, list[int]] = {}
@@ -73,7 +96,7 @@ class Placer:
         for d in demands:
             key = _key(d)
             if key not in self._heaps:
-                self._heaps[key] = self._build_heap(key)
+                self._heaps[key] = _initial_heap(capacity, free, inv, key, sign)
 
     # -- public API -----------------------------------------------------------------
 
@@ -171,11 +194,6 @@ class Placer:
         f = self._free[node]
         return f[0] + _EPS >= key[0] and f[1] + _EPS >= key[1] and f[2] + _EPS >= key[2]
 
-    def _build_heap(self, key: tuple[float, float, float]) -> list[tuple[float, int, int]]:
-        heap = [(self._score(n, key), n, 0) for n in range(len(self._cap)) if self._fits(n, key)]
-        heapq.heapify(heap)
-        return heap
-
     def _known_to_fail(self, key: tuple[float, float, float]) -> bool:
         # Within one decision nodes only fill up, so a demand at least as large
         # as one that already failed fails too (cleared on every release).
@@ -230,9 +248,7 @@ class OptimusPlacer(Placer):
         self._job_demands[job_id] = (demand, pd) if role == "worker" else (wd, demand)
 
     def allocation(self) -> Allocation:
-        packed = super().allocation()
-        relaid = optimus_layout(self._initial_free, packed, self._job_demands)
-        return packed if relaid is None else relaid
+        return final_layout("optimus", self._initial_free, super().allocation(), self._job_demands)
 
 
 def _even_split(total: int, parts: int) -> list[int]:
@@ -301,13 +317,36 @@ def make_placer(
 ) -> Placer:
     """A placer for ``policy`` that knows the catalogue's distinct task demands."""
     demands = [*catalogue.worker_demand, *catalogue.ps_demand]
-    if policy == "load_balancing":
-        return Placer(capacity, free, demands, sign=1)
-    if policy == "packing":
-        return Placer(capacity, free, demands, sign=-1)
+    sign = placement_sign(policy)
     if policy == "optimus":
         return OptimusPlacer(capacity, free, demands)
+    return Placer(capacity, free, demands, sign=sign)
+
+
+def placement_sign(policy: str) -> int:
+    """The ``sign`` of ``policy``'s placer while tasks are placed: +1 least-used node first, -1 fullest."""
+    if policy == "load_balancing":
+        return 1
+    if policy in ("packing", "optimus"):
+        return -1
     raise ValueError(f"unknown placement policy {policy!r}")
+
+
+def final_layout(
+    policy: str,
+    initial_free: np.ndarray,
+    packed: Allocation,
+    demands: dict[int, tuple[np.ndarray | None, np.ndarray | None]],
+) -> Allocation:
+    """What ``policy``'s placer returns from ``allocation()`` once it placed the tasks of ``packed``.
+
+    ``optimus`` lays the jobs out again (:func:`optimus_layout`, ``demands`` as
+    there) if that fits; every other policy keeps the placement as it was made.
+    """
+    if policy != "optimus":
+        return packed
+    relaid = optimus_layout(initial_free, packed, demands)
+    return packed if relaid is None else relaid
 
 
 def node_usage(capacity: np.ndarray, allocation: Allocation, demand_of) -> np.ndarray:
