@@ -188,6 +188,14 @@ class NumpyPolicy:
             bs = [m.bias.detach().cpu().numpy() for m in linears]
         return cls(ws, bs, policy.enc)
 
+    def dense_layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(weight (in, out), bias (out,))`` float32 C-contiguous per layer, first to last.
+
+        The hidden layers take ReLU of the previous output; the last gives the logits.
+        (What the compiled decision loop, :mod:`dl2ray.policy.decision`, runs.)
+        """
+        return list(zip(self.w, self.b, strict=True))
+
     def first(self, state: np.ndarray) -> np.ndarray:
         return state @ self.w[0] + self.b[0]
 

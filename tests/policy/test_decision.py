@@ -33,12 +33,13 @@ def _check_feasible(v, alloc) -> None:
     nodes=st.integers(1, 4), cpu=st.sampled_from([2.0, 4.0, 6.0, 8.0]), gpu=st.integers(0, 2),
     types=st.lists(st.integers(0, L - 1), min_size=0, max_size=8),
     caps=st.lists(st.integers(1, 4), min_size=8, max_size=8),
-    net=st.integers(0, 2), seed=st.integers(0, 2**16), greedy=st.booleans(),
+    net=st.integers(0, 2), seed=st.integers(0, 2**16), greedy=st.booleans(), fast=st.booleans(),
 )
-def test_never_infeasible(nodes, cpu, gpu, types, caps, net, seed, greedy):
+def test_never_infeasible(nodes, cpu, gpu, types, caps, net, seed, greedy, fast):
     jobs = [job(i, CAT.names[t], max_workers=caps[i], max_ps=caps[-1 - i]) for i, t in enumerate(types)]
     v = view(*jobs, nodes=nodes, cpu=cpu, gpu=float(gpu))
-    dec = decide_slot(v, NETS[net], ENC, greedy=greedy, rng=np.random.default_rng(seed), record=True)
+    rng = np.random.default_rng(seed)
+    dec = decide_slot(v, NETS[net], ENC, greedy=greedy, rng=rng, record=True, fast=fast)
     _check_feasible(v, dec.allocation)
     for s in dec.steps:
         assert s.mask[s.action] and s.mask[ENC.stop]
