@@ -1,24 +1,40 @@
-"""Federated A3C on Ray actors: one :class:`GlobalPolicy`, N :class:`ClusterAgent` s.
+"""Federated A3C on Ray actors: one :class:`GlobalPolicy`, N :class:`ClusterAgent` s, one validator.
 
-Architecture (``docs/policy.md``, "A3C"):
+Architecture (``docs/policy.md``, "Federated A3C"):
 
 - :class:`GlobalPolicy` holds the master policy and value networks and the
   :class:`~dl2ray.learn.actor_critic.ActorCriticOptimizer` (two Adams). Each
-  gradient is applied **on arrival** (:meth:`GlobalPolicy.apply_gradients`),
-  whatever weights it was computed on (Hogwild-style staleness, as in A3C).
-  Every ``checkpoint_every`` updates it writes its checkpoint (networks,
-  optimiser state, update counts) atomically; on (re)start it resumes from that
-  checkpoint when it exists, so an actor with ``max_restarts`` loses at most
+  gradient is applied **on arrival** (:meth:`GlobalPolicyImpl.push`), whatever
+  weights it was computed on (Hogwild-style staleness, as in A3C). It keeps the
+  run's :class:`~dl2ray.learn.rl.RLResult` (one :class:`~dl2ray.learn.rl.UpdateRow`
+  per applied gradient, with the losses the agent computed; validation rows),
+  logs both to TensorBoard, and every ``checkpoint_every`` updates writes its
+  checkpoint (networks, optimiser state, counts, result; atomically) and the
+  run JSON (:func:`dl2ray.learn.rl.write_run_json`). On a Ray restart it
+  resumes from that checkpoint, so a crash loses at most
   ``checkpoint_every - 1`` updates.
+- Validation runs **off the update path**, in a :class:`Validator` actor the
+  GlobalPolicy owns: at every ``val_every``-th update the GlobalPolicy hands it
+  a snapshot of the weights and goes on applying gradients; the greedy
+  policy's average JCT on the validation traces
+  (:func:`dl2ray.learn.seeds.validation`) comes back later and is logged at the
+  snapshot's update, and ``OUT.best.pt`` is rewritten from the snapshot when it
+  is the best so far. One validation runs at a time; when another falls due
+  meanwhile, the newest due snapshot waits and older waiting ones are dropped
+  (a validation of an untrained policy can take longer than many updates).
 - :class:`ClusterAgent` is bound to its own :class:`~clusters.backend.ClusterBackend`
-  and its own trace stream: agent ``i`` cycles the training seeds
-  ``seeds.training(traces, offset=i·traces)`` (disjoint from every other
-  agent's). Its loop: take the weights pulled after its previous push, collect
-  ``steps_per_update`` decision steps with the sampled policy (and job-aware
-  exploration), compute the gradient locally, push it with ``.remote()``
-  without waiting for the result, and ask for fresh weights. A killed agent is
-  restarted by Ray (``max_restarts``) with its ``__init__`` state: it pulls the
-  current weights and starts its stream again from its first trace.
+  and its own part of the training traces: with N agents, agent ``i`` cycles
+  every N-th seed of ``seeds.training(traces)`` from the ``i``-th (disjoint
+  parts; together the same set as the single-process trainer's). Its loop:
+  collect ``steps_per_update`` decision steps with the sampled policy (and
+  job-aware exploration), compute the gradient locally, push it with
+  ``.remote()`` **without waiting**, and go on collecting. Every
+  ``pull_every``-th push asks for the weights back in the same call; replies
+  are taken up when they have arrived, and the agent blocks only when
+  ``max_in_flight`` pushes are still unanswered (which bounds staleness and
+  memory). A killed agent is restarted by Ray (``max_restarts``) with its
+  ``__init__`` state: it pulls the current weights and starts its stream again
+  from its first trace.
 
 There is no replay in A3C: every gradient comes from the agent's fresh,
 on-policy experience (the parallel agents decorrelate it instead).
@@ -31,8 +47,10 @@ restarted that agent (so a restarted agent does not replay the first samples).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +62,11 @@ from ray.exceptions import ActorUnavailableError
 
 from clusters.sim_backend import SimBackend
 from dl2ray.config import ExperimentConfig
+from dl2ray.learn import rl
 from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.actor_critic import ActorCriticOptimizer, LossConfig, compute_gradients, flatten
 from dl2ray.learn.exploration import JobAwareExploration
+from dl2ray.learn.rl import RLResult, UpdateRow, ValidationRow
 from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
@@ -61,15 +81,33 @@ from dl2ray.policy.network import (
 
 @dataclass(frozen=True)
 class A3COptions:
-    """One A3C run's schedule and switches."""
+    """One A3C run's switches and schedule (the A3C counterpart of :class:`~dl2ray.learn.rl.RLOptions`)."""
 
-    traces: int = 100  # training traces per agent (agent i: training seeds i·traces .. (i+1)·traces-1)
-    steps_per_update: int | None = None  # decision steps per gradient; None: policy.minibatch
+    agents: int = 2  # ClusterAgent actors (one CPU each)
+    traces: int = 100  # training traces in all, split between the agents (>= agents)
+    val_traces: int = 3  # validation traces for the periodic JCT
+    val_every: int | None = 25  # updates between validations; None: never validate (the benchmark)
     checkpoint_every: int = 50  # global updates between checkpoints of the GlobalPolicy
+    critic: bool = True  # False: REINFORCE with the minibatch-mean return (agents collect whole episodes)
     exploration: bool = True  # job-aware exploration in the agents
+    critic_warmup: int = 0  # first global updates that step only the value network
+    steps_per_update: int | None = None  # decision steps per gradient; None: policy.minibatch
     max_grad_norm: float | None = None  # per-network clip in the GlobalPolicy; None: none
+    pull_every: int = 1  # an agent asks for fresh weights with every pull_every-th push
+    max_in_flight: int = 2  # unanswered pushes after which an agent waits (bounds staleness)
     agent_restarts: int = 3  # Ray restarts allowed per agent (-1: unlimited)
-    threads: int = 1  # torch CPU threads per actor
+    threads: int = 1  # torch CPU threads per actor (more only steal the other agents' cores)
+
+    def __post_init__(self) -> None:
+        if self.agents < 1 or self.traces < self.agents:
+            raise ValueError(f"need 1 <= agents ({self.agents}) <= traces ({self.traces}): "
+                             "every agent needs training traces of its own")
+        if self.pull_every < 1 or self.max_in_flight < 1:
+            raise ValueError("pull_every and max_in_flight must be >= 1")
+
+    def agent_traces(self, agent_id: int) -> list[int]:
+        """Agent ``agent_id``'s training seeds: every ``agents``-th of ``seeds.training(traces)``."""
+        return seedsets.training(self.traces)[agent_id::self.agents]
 
 
 def _networks(cfg: ExperimentConfig, init: str | None, seed: int) -> tuple[PolicyNet, ValueNet]:
@@ -94,35 +132,106 @@ def _load_vector(policy: PolicyNet, value: ValueNet, vec: np.ndarray) -> None:
         torch.nn.utils.vector_to_parameters(t, [*policy.parameters(), *value.parameters()])
 
 
+def _incarnation() -> int:
+    """1 if the current actor is a Ray restart, else 0 (also 0 outside an actor)."""
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return 0  # outside an actor (unit use of the plain classes)
+    return int(bool(ray.get_runtime_context().was_current_actor_reconstructed))
+
+
+class ValidatorImpl:
+    """Greedy average JCT of weight snapshots on the validation traces; behind :data:`Validator`."""
+
+    def __init__(self, cfg: ExperimentConfig, val_seeds: list[int], threads: int = 1) -> None:
+        torch.set_num_threads(threads)
+        self.cfg, self.val_seeds = cfg, val_seeds
+        self.policy, self.value = build_networks(Encoding.from_config(cfg), cfg.policy.hidden, 0)
+
+    def baseline(self) -> float:
+        """DRF's average JCT (slots) on the validation traces: the reference of every run."""
+        return rl.heuristic_jct(self.cfg, "drf", self.val_seeds)
+
+    def validate(self, vec: np.ndarray) -> float:
+        """Average JCT (slots) of the greedy policy with parameters ``vec`` (:func:`_params_vector`)."""
+        _load_vector(self.policy, self.value, vec)
+        return rl.validate(self.cfg, self.policy, self.val_seeds)
+
+
+Validator = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(ValidatorImpl)
+"""The Ray actor class of :class:`ValidatorImpl` (no CPU reserved: it shares the agents' cores)."""
+
+
+@dataclass
+class _Snapshot:
+    update: int
+    weights: np.ndarray
+    ref: Any = None  # the validator's pending answer, once submitted
+
+
 class GlobalPolicyImpl:
     """The master copy (see the module docstring); the plain class behind the :data:`GlobalPolicy` actor.
 
-    ``checkpoint``: path of the checkpoint written every ``checkpoint_every``
-    updates (``None``: never written); read back in ``__init__`` if present.
+    ``checkpoint``: the path written every ``checkpoint_every`` updates (``None``:
+    never); ``OUT.best.pt`` and ``OUT.json`` go beside it. ``resume``: start
+    from an existing checkpoint there; a Ray restart always resumes from it.
+    ``logdir``: TensorBoard scalars (``rl/...`` as in the single-process trainer).
     """
 
     def __init__(self, cfg: ExperimentConfig, init: str | None, seed: int, checkpoint: str | None,
-                 checkpoint_every: int = 50, max_grad_norm: float | None = None, threads: int = 1) -> None:
-        torch.set_num_threads(threads)
-        self.cfg, self.seed = cfg, seed
+                 options: A3COptions, logdir: str | None = None, resume: bool = False) -> None:
+        torch.set_num_threads(options.threads)
+        self.cfg, self.seed, self.opts = cfg, seed, options
         self.checkpoint = Path(checkpoint) if checkpoint else None
-        self.checkpoint_every = checkpoint_every
         self.policy, self.value = _networks(cfg, init, seed)
-        self.opt = ActorCriticOptimizer(self.policy, self.value, cfg.policy.rl_lr, max_grad_norm)
+        self.opt = ActorCriticOptimizer(self.policy, self.value, cfg.policy.rl_lr, options.max_grad_norm)
         self.per_agent: dict[int, int] = {}
+        self.val_seeds = seedsets.validation(options.val_traces)
+        self.result = RLResult(seed, init, 0, self.val_seeds, float("nan"))
         self.resumed = False
-        if self.checkpoint is not None and self.checkpoint.exists():
+        if self.checkpoint is not None and self.checkpoint.exists() and (resume or _incarnation()):
             self._restore(self.checkpoint)
+        elif self.checkpoint is not None:  # a restart before the first periodic one resumes from this
+            self.save(str(self.checkpoint))
+        self.writer = rl._writer(Path(logdir)) if logdir else None
+        self.validator = (Validator.remote(cfg, self.val_seeds, options.threads)
+                          if options.val_every is not None else None)
+        self._running: _Snapshot | None = None  # submitted to the validator
+        self._waiting: _Snapshot | None = None  # due while another ran; replaced by a newer one
+
+    # -- updates ---------------------------------------------------------------------------
+
+    def push(self, flat_grad: np.ndarray, row: UpdateRow, agent_id: int, limit: int | None = None,
+             pull: bool = False) -> tuple[int, np.ndarray | None]:
+        """Apply one agent's gradient with the statistics of its minibatch; ``(updates, weights or None)``.
+
+        A push that would exceed ``limit`` updates is dropped (so a run ends at
+        exactly ``limit``). ``pull``: return the parameters after it too.
+        """
+        if limit is None or self.opt.updates < limit:
+            self.apply_gradients(flat_grad, agent_id)
+            u = self.opt.updates
+            row = dataclasses.replace(row, update=u)
+            self.result.history.append(row)
+            self.result.updates = u
+            if self.writer is not None:
+                rl._log_update(self.writer, row)
+            every = self.opts.val_every
+            if every is not None and (u % every == 0 or u == limit):
+                self._due(_Snapshot(u, _params_vector(self.policy, self.value)))
+            if self.checkpoint is not None and (u % self.opts.checkpoint_every == 0 or u == limit):
+                self._write()
+        self._poll()
+        return self.opt.updates, (_params_vector(self.policy, self.value) if pull else None)
 
     def apply_gradients(self, flat_grad: np.ndarray, agent_id: int) -> int:
         """One Adam step of both networks with a flat gradient (float32, :func:`flatten` layout).
 
-        Returns the update count after it; checkpoints when it is a multiple of ``checkpoint_every``.
+        The value network only during the first ``critic_warmup`` updates.
+        Returns the update count after it (no history row; :meth:`push` adds one).
         """
-        self.opt.apply_gradients(np.array(flat_grad, dtype=np.float32, copy=True))
+        self.opt.apply_gradients(np.array(flat_grad, dtype=np.float32, copy=True),
+                                 train_policy=self.opt.updates >= self.opts.critic_warmup)
         self.per_agent[agent_id] = self.per_agent.get(agent_id, 0) + 1
-        if self.checkpoint is not None and self.opt.updates % self.checkpoint_every == 0:
-            self.save(str(self.checkpoint))
         return self.opt.updates
 
     def get_weights(self) -> tuple[int, np.ndarray]:
@@ -130,39 +239,131 @@ class GlobalPolicyImpl:
         return self.opt.updates, _params_vector(self.policy, self.value)
 
     def stats(self) -> dict[str, Any]:
-        """``updates`` (total), ``per_agent`` (updates per agent id), ``resumed`` (from a checkpoint)."""
-        return {"updates": self.opt.updates, "per_agent": dict(self.per_agent), "resumed": self.resumed}
+        """``updates`` (total), ``per_agent`` (updates per agent id), ``resumed`` (from a checkpoint),
+        ``last_val`` (the latest validation row as a dict, or None)."""
+        last = self.result.validation[-1] if self.result.validation else None
+        return {"updates": self.opt.updates, "per_agent": dict(self.per_agent), "resumed": self.resumed,
+                "last_val": dataclasses.asdict(last) if last else None}
+
+    # -- validation --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Before the first update of a run: DRF's reference JCT and the validation at update 0."""
+        if self.validator is None or self.result.validation:
+            return
+        self.result.baseline_avg_jct = float(ray.get(self.validator.baseline.remote()))
+        self._due(_Snapshot(self.opt.updates, _params_vector(self.policy, self.value)))
+
+    def finish(self) -> RLResult:
+        """Wait for the validations still due; write checkpoint and run JSON; flush the logs."""
+        while self._running is not None:
+            self._poll(block=True)
+        if self.checkpoint is not None:
+            self._write()
+        if self.writer is not None:
+            self.writer.flush()
+        return self.result
+
+    def _due(self, snap: _Snapshot) -> None:
+        if self._running is None:
+            self._submit(snap)
+        else:
+            self._waiting = snap
+
+    def _submit(self, snap: _Snapshot) -> None:
+        assert self.validator is not None
+        snap.ref = self.validator.validate.remote(snap.weights)
+        self._running = snap
+
+    def _poll(self, block: bool = False) -> None:
+        """Take up a finished validation (waiting for it if ``block``); submit the waiting snapshot."""
+        snap = self._running
+        if snap is None:
+            return
+        ready, _ = ray.wait([snap.ref], timeout=None if block else 0)
+        if not ready:
+            return
+        row = ValidationRow(snap.update, float(ray.get(snap.ref)))
+        best = self.result.best
+        self.result.validation.append(row)
+        if self.writer is not None:
+            rl._log_validation(self.writer, row)
+        if self.checkpoint is not None and (best is None or row.avg_jct < best.avg_jct):
+            self._save_best(snap)
+        self._running, waiting, self._waiting = None, self._waiting, None
+        if waiting is not None:
+            self._submit(waiting)
+
+    def _save_best(self, snap: _Snapshot) -> None:
+        assert self.checkpoint is not None
+        policy, value = build_networks(self.policy.enc, self.cfg.policy.hidden, 0)
+        _load_vector(policy, value, snap.weights)
+        extra = {"kind": "a3c-best", "seed": self.seed, "updates": snap.update,
+                 "val_avg_jct": self.result.validation[-1].avg_jct}
+        _atomic_save(self.checkpoint.with_suffix(".best.pt"), policy, value, self.cfg.catalogue.names, extra)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def _write(self) -> None:
+        assert self.checkpoint is not None
+        self.save(str(self.checkpoint))
+        rl.write_run_json(self.checkpoint.with_suffix(".json"), self.cfg, self)
 
     def save(self, path: str) -> None:
         """Write the checkpoint atomically (a kill mid-write leaves the previous one intact)."""
-        target = Path(path)
-        tmp = target.with_name(target.name + ".tmp")
         extra = {"kind": "a3c", "seed": self.seed, "updates": self.opt.updates,
-                 "optimizer": self.opt.state_dict(), "per_agent": dict(self.per_agent)}
-        save_checkpoint(tmp, self.policy, self.value, self.cfg.catalogue.names, extra=extra)
-        os.replace(tmp, target)
+                 "optimizer": self.opt.state_dict(),
+                 "per_agent": {str(k): v for k, v in self.per_agent.items()},
+                 "options": dataclasses.asdict(self.opts), "result": dataclasses.asdict(self.result)}
+        _atomic_save(Path(path), self.policy, self.value, self.cfg.catalogue.names, extra)
 
     def _restore(self, path: Path) -> None:
         ckpt = load_checkpoint(path, expect=self.policy.enc, catalogue=self.cfg.catalogue.names)
-        if ckpt.extra.get("kind") != "a3c":
+        ex = ckpt.extra
+        if ex.get("kind") != "a3c":
             raise ValueError(f"{path}: not an A3C checkpoint; cannot resume from it")
         self.policy.load_state_dict(ckpt.policy.state_dict())
         self.value.load_state_dict(ckpt.value.state_dict())
-        self.opt.load_state_dict(ckpt.extra["optimizer"])
-        self.per_agent = {int(k): int(v) for k, v in ckpt.extra["per_agent"].items()}
+        self.opt.load_state_dict(ex["optimizer"])
+        self.per_agent = {int(k): int(v) for k, v in ex["per_agent"].items()}
+        r = ex["result"]
+        self.result.init = r["init"]
+        self.result.updates = int(r["updates"])
+        self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
+        self.result.history = [UpdateRow(**row) for row in r["history"]]
+        self.result.validation = [ValidationRow(**row) for row in r["validation"]]
         self.resumed = True
+
+
+def _atomic_save(target: Path, policy: PolicyNet, value: ValueNet, catalogue, extra: dict) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    save_checkpoint(tmp, policy, value, catalogue, extra=extra)
+    os.replace(tmp, target)
+
+
+def _with_hidden_of(cfg: ExperimentConfig, init: Path | None) -> ExperimentConfig:
+    """``cfg`` with the ``init`` checkpoint's ``policy.hidden``: agents and validator build its shapes."""
+    if init is None:
+        return cfg
+    hidden = load_checkpoint(init).meta.hidden
+    return cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"hidden": hidden})})
+
+
+def checkpoint_kind(path: Path) -> str | None:
+    """The ``kind`` a checkpoint records (``"a3c"``, ``"rl"``, ...) or None; CheckpointError if unreadable."""
+    return load_checkpoint(path).extra.get("kind")
 
 
 @dataclass
 class AgentReport:
-    """What one :meth:`ClusterAgentImpl.run` call did: gradients pushed, slots and steps collected."""
+    """What one agent call did: gradients pushed, slots and steps collected."""
 
     agent_id: int
     pushed: int
     slots: int
     steps: int
     seconds: float
-    last_update: int  # the global update count of the last weights it pulled
+    last_update: int  # the largest global update count a reply reported (-1: none yet)
     incarnation: int  # 1 if this agent is a Ray restart, else 0
 
 
@@ -176,63 +377,94 @@ class ClusterAgentImpl:
         self.incarnation = _incarnation()
         self.enc = Encoding.from_config(cfg)
         self.policy, self.value = build_networks(self.enc, cfg.policy.hidden, seed)  # overwritten by pulls
-        self.loss_cfg = LossConfig.from_config(cfg)
+        self.loss_cfg = LossConfig.from_config(cfg, critic=options.critic)
         explore = JobAwareExploration.from_config(cfg) if options.exploration else None
         streams = [seed, agent_id, self.incarnation]
         self.collector = Collector(
             SimBackend.from_config(cfg),  # type: ignore[arg-type]  # duck-typed: reset/step(.view/.reward/.done)
-            self.enc, seedsets.training(options.traces, offset=agent_id * options.traces),
+            self.enc, options.agent_traces(agent_id),
             np.random.default_rng([streams[0], 1, *streams[1:]]), explore,
             np.random.default_rng([streams[0], 2, *streams[1:]]))
         self.steps_per_update = options.steps_per_update or cfg.policy.minibatch
-        self._weights = global_policy.get_weights.remote()
+        self._first = global_policy.get_weights.remote()  # prefetched while the actor finishes starting
+        self._version = -1  # the global update count of the weights loaded
+        self._numpy: NumpyPolicy | None = None
         self._pending: list[ray.ObjectRef] = []
+        self._turns = 0
+        self._known = -1  # the largest update count a reply reported
 
     def run(self, n_updates: int) -> AgentReport:
         """Push ``n_updates`` gradients; returns what was collected."""
         return self._loop(lambda r: r.pushed >= n_updates)
 
+    def run_until(self, updates: int) -> AgentReport:
+        """Push until the global update count reaches ``updates`` (pushes beyond it are dropped)."""
+        return self._loop(lambda r: r.last_update >= updates, limit=updates)
+
     def run_for(self, seconds: float) -> AgentReport:
         """Push gradients until ``seconds`` of wall time have passed (at least one)."""
         return self._loop(lambda r: r.seconds >= seconds)
 
-    def _loop(self, done) -> AgentReport:
+    def _loop(self, done: Callable[[AgentReport], bool], limit: int | None = None) -> AgentReport:
         t0 = time.perf_counter()
-        rep = AgentReport(self.agent_id, 0, 0, 0, 0.0, -1, self.incarnation)
-        while True:
-            rep.last_update, vec = ray.get(self._weights)
-            _load_vector(self.policy, self.value, vec)
-            records = self.collector.collect(NumpyPolicy.from_torch(self.policy), self.steps_per_update)
+        rep = AgentReport(self.agent_id, 0, 0, 0, 0.0, self._known, self.incarnation)
+        if self._numpy is None:
+            self._take(*ray.get(self._first))
+        while not done(rep):
+            records = self.collector.collect(self._numpy, self.steps_per_update,
+                                             whole_episodes=not self.loss_cfg.critic)
             batch = to_batch(records, self.enc, self.loss_cfg.gamma)
-            grads, _ = compute_gradients(self.policy, self.value, batch, self.loss_cfg)
-            self._pending.append(self.gp.apply_gradients.remote(flatten(grads), self.agent_id))
-            # Actor calls from one caller run in order: these weights include the gradient just pushed.
-            self._weights = self.gp.get_weights.remote()
-            ready, self._pending = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
-            ray.get(ready)  # raise here if a push failed
+            grads, st = compute_gradients(self.policy, self.value, batch, self.loss_cfg)
+            row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
+                            float(np.mean([r.reward for r in records])), st.mean_value, len(batch),
+                            len(records), sum(r.explored for r in records))
+            self._turns += 1
+            pull = self._turns % self.opts.pull_every == 0
+            self._pending.append(self.gp.push.remote(flatten(grads), row, self.agent_id, limit, pull))
             rep.pushed += 1
             rep.slots += len(records)
-            rep.steps += sum(len(r.steps) for r in records)
+            rep.steps += len(batch)
+            self._replies(rep, wait_oldest=len(self._pending) >= self.opts.max_in_flight)
             rep.seconds = time.perf_counter() - t0
-            if done(rep):
-                ray.get(self._pending)  # surface a failed push before reporting success
-                self._pending = []
-                return rep
+        self._replies(rep, wait_all=True)  # a failed push raises here, before reporting success
+        rep.seconds = time.perf_counter() - t0
+        return rep
 
+    def _replies(self, rep: AgentReport, wait_oldest: bool = False, wait_all: bool = False) -> None:
+        """Take up the answered pushes, in order: the newest weights and the largest update count."""
+        n = len(self._pending)
+        if n == 0:
+            return
+        if wait_all:
+            k = n
+        else:
+            answered, _ = ray.wait(self._pending, num_returns=n, timeout=0)
+            k = next((i for i, ref in enumerate(self._pending) if ref not in answered), n)
+            k = max(k, 1 if wait_oldest else 0)
+        ready, self._pending = self._pending[:k], self._pending[k:]
+        newest = None
+        for updates, weights in ray.get(ready):
+            self._known = max(self._known, updates)
+            if weights is not None:
+                newest = (updates, weights)
+        if newest is not None:
+            self._take(*newest)
+        rep.last_update = self._known
 
-def _incarnation() -> int:
-    try:
-        ctx = ray.get_runtime_context()
-        return int(ctx.was_current_actor_reconstructed)
-    except Exception:  # outside an actor (unit use of the plain class)
-        return 0
+    def _take(self, updates: int, weights: np.ndarray) -> None:
+        if updates < self._version and self._numpy is not None:
+            return
+        _load_vector(self.policy, self.value, weights)
+        self._numpy = NumpyPolicy.from_torch(self.policy)
+        self._version = updates
+        self._known = max(self._known, updates)
 
 
 # max_task_retries=-1: a call in flight when its actor dies, or sent while it restarts, runs again once
 # the actor is back (at least once). For a push that means a gradient may be applied twice, which A3C's
 # stale, unsynchronised updates tolerate; a lost run() call simply collects again.
 GlobalPolicy = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(GlobalPolicyImpl)
-"""The Ray actor class of :class:`GlobalPolicyImpl` (no CPU reserved: it is idle between pushes)."""
+"""The Ray actor class of :class:`GlobalPolicyImpl` (no CPU reserved: a push costs it ~3 ms)."""
 
 ClusterAgent = ray.remote(num_cpus=1, max_task_retries=-1)(ClusterAgentImpl)
 """The Ray actor class of :class:`ClusterAgentImpl`; one CPU each (the agents do the work)."""
@@ -240,7 +472,7 @@ ClusterAgent = ray.remote(num_cpus=1, max_task_retries=-1)(ClusterAgentImpl)
 
 @dataclass
 class A3CResult:
-    """A finished run: global updates, per-agent counts, experience summed over calls, restarted calls."""
+    """Experience summed over the agents' calls, and calls retried after an agent restart."""
 
     updates: int
     per_agent: dict[int, int]
@@ -252,56 +484,58 @@ class A3CResult:
 
 
 class A3CRun:
-    """The driver: one GlobalPolicy and ``agents`` ClusterAgents, started on the current Ray instance.
+    """The driver: one GlobalPolicy and ``options.agents`` ClusterAgents on the current Ray instance.
 
-    ``checkpoint`` is the GlobalPolicy's checkpoint path; a run started on an
-    existing one resumes from it.
+    ``checkpoint``: the GlobalPolicy's checkpoint path (``OUT``; ``None``:
+    nothing written); ``resume``: continue from an A3C checkpoint there.
     """
 
-    def __init__(self, cfg: ExperimentConfig, init: Path | None, agents: int, seed: int,
-                 checkpoint: Path | None, options: A3COptions | None = None) -> None:
+    def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, checkpoint: Path | None,
+                 options: A3COptions | None = None, logdir: Path | None = None, resume: bool = False) -> None:
         self.opts = options or A3COptions()
+        cfg = _with_hidden_of(cfg, init)
         self.gp = GlobalPolicy.remote(cfg, str(init) if init else None, seed,
-                                      str(checkpoint) if checkpoint else None, self.opts.checkpoint_every,
-                                      self.opts.max_grad_norm, self.opts.threads)
-        self.agents = [
-            ClusterAgent.options(max_restarts=self.opts.agent_restarts).remote(
-                cfg, self.gp, i, seed, self.opts)
-            for i in range(agents)
-        ]
+                                      str(checkpoint) if checkpoint else None, self.opts,
+                                      str(logdir) if logdir else None, resume)
+        agent = ClusterAgent.options(max_restarts=self.opts.agent_restarts)
+        self.agents = [agent.remote(cfg, self.gp, i, seed, self.opts) for i in range(self.opts.agents)]
         self.restarts = 0
         self.reports: list[AgentReport] = []
 
+    def stats(self) -> dict[str, Any]:
+        return ray.get(self.gp.stats.remote())
+
     def updates(self) -> int:
-        return int(ray.get(self.gp.stats.remote())["updates"])
+        return int(self.stats()["updates"])
 
-    def train(self, updates: int, chunk: int = 4) -> int:
-        """Run the agents until the global update count reaches ``updates``; returns the count.
+    def train(self, updates: int, on_progress: Callable[[dict[str, Any]], None] | None = None,
+              poll_s: float = 1.0) -> int:
+        """Run the agents until the global update count is ``updates`` (exactly); returns it.
 
-        Agents work in calls of at most ``chunk`` pushes (fewer near the target), so
-        the count may overshoot by up to ``agents - 1``. A call whose agent died is
-        retried by Ray once the agent is restarted (``max_task_retries``); an agent
-        out of restarts raises.
+        Each agent runs one long call; the driver only looks at the GlobalPolicy's
+        ``stats()`` every ``poll_s`` seconds for ``on_progress``. A call whose
+        agent died is retried by Ray once the agent is back (``max_task_retries``);
+        one that ran out of retries while the agent restarted is sent again; an
+        agent out of restarts raises.
         """
-        count = self.updates()
-
-        def calls() -> int:  # pushes per call: at most chunk, fewer near the target to limit overshoot
-            return max(1, min(chunk, -(-(updates - count) // len(self.agents))))
-
-        running: dict[ray.ObjectRef, int] = {a.run.remote(calls()): i for i, a in enumerate(self.agents)}
+        ray.get(self.gp.start.remote())
+        running = {a.run_until.remote(updates): i for i, a in enumerate(self.agents)}
         while running:
-            [ref], _ = ray.wait(list(running), num_returns=1)
-            i = running.pop(ref)
-            try:
-                rep: AgentReport = ray.get(ref)
-                self.reports.append(rep)
-                count = max(count, rep.last_update + 1)
-            except ActorUnavailableError:  # retries ran out while it restarted: ask again
-                self.restarts += 1
-            count = max(count, self.updates())
-            if count < updates:
-                running[self.agents[i].run.remote(calls())] = i
+            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=poll_s)
+            for ref in ready:
+                i = running.pop(ref)
+                try:
+                    self.reports.append(ray.get(ref))
+                except ActorUnavailableError:
+                    self.restarts += 1
+                    running[self.agents[i].run_until.remote(updates)] = i
+            if on_progress is not None:
+                on_progress(self.stats())
         return self.updates()
+
+    def finish(self) -> RLResult:
+        """Let the GlobalPolicy finish its validations and write its files; the run's history."""
+        return ray.get(self.gp.finish.remote())
 
     def run_for(self, seconds: float) -> list[AgentReport]:
         """Every agent runs for ``seconds`` (the throughput benchmark)."""
@@ -310,7 +544,7 @@ class A3CRun:
         return reps
 
     def result(self) -> A3CResult:
-        st = ray.get(self.gp.stats.remote())
+        st = self.stats()
         restarted = self.restarts + sum(r.incarnation for r in self.reports)
         return A3CResult(st["updates"], st["per_agent"], sum(r.slots for r in self.reports),
                          sum(r.steps for r in self.reports), sum(r.seconds for r in self.reports),
@@ -322,20 +556,20 @@ class A3CRun:
     def shutdown(self) -> None:
         for a in self.agents:
             ray.kill(a, no_restart=True)
-        ray.kill(self.gp, no_restart=True)
+        ray.kill(self.gp, no_restart=True)  # its validator goes with it (owned by it)
 
 
-def train_a3c(cfg: ExperimentConfig, init: Path | None, agents: int, updates: int, out: Path, seed: int,
-              options: A3COptions | None = None) -> A3CResult:
-    """Train with ``agents`` agents until ``updates`` global updates; write ``out`` (resumable).
+def train_a3c(cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,
+              options: A3COptions | None = None, logdir: Path | None = None, resume: bool = False,
+              on_progress: Callable[[dict[str, Any]], None] | None = None) -> tuple[RLResult, A3CResult]:
+    """Train until ``updates`` global updates; ``OUT``, ``OUT.best.pt``, ``OUT.json`` (and ``logdir``).
 
-    ``out`` doubles as the GlobalPolicy's periodic checkpoint: an existing
-    A3C checkpoint there is resumed. Needs a running Ray instance.
+    ``resume``: continue from the A3C checkpoint ``out``. Needs a running Ray instance.
     """
-    run = A3CRun(cfg, init, agents, seed, out, options)
+    run = A3CRun(cfg, init, seed, out, options, logdir, resume)
     try:
-        run.train(updates)
-        run.save(out)
-        return run.result()
+        run.train(updates, on_progress)
+        history = run.finish()
+        return history, run.result()
     finally:
         run.shutdown()

@@ -7,10 +7,14 @@ the field or line to stderr and exit with code 2, never a traceback.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
 from dl2ray.errors import UserError
+
+if TYPE_CHECKING:
+    from dl2ray.commands import Plugins
 
 app = typer.Typer(
     add_completion=False,
@@ -20,24 +24,23 @@ app = typer.Typer(
 )
 
 
-_registered: list[bool] = []
+_registered: list[Plugins] = []
 
 
-def _register() -> None:
-    """Attach every command once (lazily, so importing this module stays cheap)."""
-    if _registered:
-        return
-    from dl2ray.commands import register_all
+def _register() -> Plugins:
+    """Attach every command and plugin once (lazily, so importing this module stays cheap)."""
+    if not _registered:
+        from dl2ray.commands import register_all
 
-    register_all(app)
-    _registered.append(True)
+        _registered.append(register_all(app))
+    return _registered[0]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
-    _register()
+    """Console-script entry point; the plugins' registry reaches every command as ``ctx.obj``."""
+    plugins = _register()
     try:
-        app(args=argv, standalone_mode=True)
+        app(args=argv, standalone_mode=True, obj=plugins)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -7,8 +7,9 @@ speed surfaces and output files wired together.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,6 +18,9 @@ from rich.table import Table
 
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
+
+if TYPE_CHECKING:
+    from dl2ray.learn.cli import MultiAgentRL
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="experiment YAML (default: configs/testbed.yaml)")
@@ -190,9 +194,50 @@ def demo(
             trace=None, json_out=False, plot=None, out=out, processes=None)
 
 
-def register_all(app: typer.Typer) -> None:
+PLUGIN_GROUP = "dl2ray.plugins"
+"""Entry-point group of CLI plugins: ``name = "package.module:register"``, ``register(plugins: Plugins)``."""
+
+
+@dataclass
+class Plugins:
+    """The extension point handed to each plugin's ``register(plugins)``; then the commands' ``ctx.obj``.
+
+    Layers above the core (``clusters``: A3C on Ray) add to the CLI without the
+    core importing them (import-linter forbids that edge): they are found through
+    the ``dl2ray.plugins`` entry points of the installed distributions.
+
+    ``groups``: the command groups a plugin may add commands to (``"bench"``,
+    ``"train"``, ``"trace"``). ``multi_agent_rl``: the trainer ``train rl --agents N``
+    (N ≥ 2) hands its parsed options to (see :class:`dl2ray.learn.cli.MultiAgentRL`).
+    ``loaded``: names of the plugins registered; ``failed``: name → why one did not load.
+    """
+
+    groups: dict[str, typer.Typer]
+    multi_agent_rl: MultiAgentRL | None = None
+    loaded: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def load_plugins(plugins: Plugins) -> Plugins:
+    """Call ``register(plugins)`` of every ``dl2ray.plugins`` entry point; a broken plugin is recorded in
+    ``plugins.failed`` (and named by the command that needs it) instead of breaking the whole CLI."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            ep.load()(plugins)
+        except Exception as exc:  # a plugin with a missing dependency must not take `dl2ray` down
+            plugins.failed[ep.name] = f"{type(exc).__name__}: {exc}"
+        else:
+            plugins.loaded.append(ep.name)
+    return plugins
+
+
+def register_all(app: typer.Typer) -> Plugins:
+    """Attach the core commands, then the plugins'; returns what the plugins registered."""
     from dl2ray.bench import app as bench_app
     from dl2ray.learn.cli import app as train_app
+    from dl2ray.learn.experiment_cli import app as experiment_app
     from dl2ray.traces.cli import app as trace_app
 
     app.command()(simulate)
@@ -201,4 +246,7 @@ def register_all(app: typer.Typer) -> None:
     app.command()(demo)
     app.add_typer(trace_app, name="trace", help="Import, generate and describe traces.")
     app.add_typer(bench_app, name="bench", help="Benchmarks (print JSON).")
-    app.add_typer(train_app, name="train", help="Train the DL2 policy (supervised warm-start).")
+    app.add_typer(train_app, name="train", help="Train the DL2 policy (supervised warm-start, RL).")
+    app.add_typer(experiment_app, name="experiment",
+                  help="The paper's learning experiments: training curves, ablations, OfflineRL.")
+    return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 from rich.console import Console
@@ -12,6 +13,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.report import emit
+
+if TYPE_CHECKING:
+    from dl2ray.config import ExperimentConfig
+    from dl2ray.learn.rl import RLOptions, RLResult, ValidationRow
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _err = Console(stderr=True)
@@ -73,8 +78,35 @@ def check_checkpoint_paths(out: Path, init: Path | None) -> None:
         raise UserError(f"--init: {init}: no such checkpoint")
 
 
+class MultiAgentRL(Protocol):
+    """What ``train rl --agents N`` (N ≥ 2) runs: a trainer a plugin registers (``clusters``: A3C on Ray).
+
+    The contract of :func:`dl2ray.learn.rl.train_rl` — ``updates`` in total,
+    files ``OUT``, ``OUT.best.pt``, ``OUT.json`` and TensorBoard scalars in
+    ``logdir``, ``resume`` from ``OUT`` — with ``agents`` learners;
+    ``on_progress(updates_so_far, latest_validation)``. Returns the run's history
+    and extra fields for the command's output. Options it cannot honour raise UserError.
+    """
+
+    def __call__(self, cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,
+                 options: RLOptions, agents: int, logdir: Path, resume: bool,
+                 on_progress: Callable[[int, ValidationRow | None], None]) -> tuple[RLResult, dict]: ...
+
+
+def _multi_agent_trainer(ctx: typer.Context, agents: int) -> MultiAgentRL:
+    """The plugin-registered trainer for ``--agents N`` (N ≥ 2), or a UserError saying what is missing."""
+    plugins = ctx.obj
+    trainer = getattr(plugins, "multi_agent_rl", None)
+    if trainer is None:
+        why = "; ".join(f"{k}: {v}" for k, v in getattr(plugins, "failed", {}).items())
+        raise UserError(f"--agents {agents}: multi-agent training needs the `clusters` plugin (Ray A3C), "
+                        f"which is not {'loadable (' + why + ')' if why else 'installed'}")
+    return trainer
+
+
 @app.command("rl")
 def train_rl(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="checkpoint to write (OUT.best.pt, OUT.json, OUT.tb/ beside it)")],
     updates: Annotated[int, typer.Option(min=1, help="total updates (a resumed run counts its done ones)")],
     config: Annotated[Path | None, typer.Option("--config", "-c", help="experiment YAML")] = None,
@@ -86,7 +118,8 @@ def train_rl(
                                          help="TD actor-critic, or REINFORCE with a mean baseline")] = True,
     exploration: Annotated[bool, typer.Option("--exploration/--no-exploration",
                                               help="job-aware exploration")] = True,
-    replay: Annotated[bool, typer.Option("--replay/--no-replay", help="experience replay")] = True,
+    replay: Annotated[bool | None, typer.Option("--replay/--no-replay",
+                                                help="experience replay (default: on; A3C has none)")] = None,
     prioritized: Annotated[bool, typer.Option(help="prioritised replay (TD-error priorities)")] = False,
     traces: Annotated[int, typer.Option(min=1, help="training traces, cycled")] = 100,
     val_traces: Annotated[int, typer.Option(min=1, help="validation traces")] = 3,
@@ -95,20 +128,29 @@ def train_rl(
     critic_warmup: Annotated[int, typer.Option(min=0, help="first updates training only the critic")] = 0,
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
-    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
+    agents: Annotated[int, typer.Option(help="learners: 1 = this process; N >= 2 = A3C with N Ray "
+                                             "agents (the clusters plugin)")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads (A3C actors use 1 each)")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
-    """Online actor-critic RL of the DL2 policy (single process), from an SL checkpoint or scratch."""
+    """Online actor-critic RL of the DL2 policy, from an SL checkpoint or scratch: single process, or
+    asynchronous (A3C) with ``--agents N`` Ray agents on their own simulated clusters."""
     import torch
 
     from dl2ray.learn import rl
 
     cfg = load_config(config)
     check_checkpoint_paths(out, init)
+    if agents < 1:
+        raise UserError(f"--agents: {agents}: need at least one learner")
+    multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
+    replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
     opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup)
+    logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
+    extra: dict = {}
     with Progress(
         "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=_err, transient=True, disable=not _err.is_terminal,
@@ -120,12 +162,18 @@ def train_rl(
             bar.update(task, completed=row.update,
                        description=f"RL updates (loss {row.policy_loss:+.3f}, H {row.entropy:.2f}){jct}")
 
-        _, result = rl.train_rl(cfg, init, updates, seed, out, opts, logdir or out.with_suffix(".tb"),
-                                resume, on_update)
+        def on_progress(done: int, val) -> None:
+            jct = f", val JCT {val.avg_jct:.2f} at {val.update}" if val is not None else ""
+            bar.update(task, completed=done, description=f"A3C updates ({agents} agents{jct})")
+
+        if multi is None:
+            _, result = rl.train_rl(cfg, init, updates, seed, out, opts, logdir, resume, on_update)
+        else:
+            result, extra = multi(cfg, init, updates, seed, out, opts, agents, logdir, resume, on_progress)
     best = result.best
     doc = {"out": str(out), "best": str(out.with_suffix(".best.pt")), "seed": seed, "updates": result.updates,
            "init": result.init, "initial_val_avg_jct": result.validation[0].avg_jct,
            "final_val_avg_jct": result.validation[-1].avg_jct,
            "best_val_avg_jct": best.avg_jct if best else None, "best_update": best.update if best else None,
-           "drf_val_avg_jct": result.baseline_avg_jct}
+           "drf_val_avg_jct": result.baseline_avg_jct, **({"agents": agents, **extra} if multi else {})}
     emit(doc, json_out)

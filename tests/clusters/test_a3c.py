@@ -6,30 +6,66 @@ import time
 
 import numpy as np
 import pytest
-from support import small_config
 
-from clusters.a3c import A3COptions, A3CRun
+from clusters.a3c import A3COptions, A3CRun, GlobalPolicyImpl
 from clusters.backend import ClusterBackend
 from clusters.sim_backend import SimBackend
 from dl2ray.learn import seeds
+from dl2ray.learn.rl import UpdateRow
 
-TINY = small_config(
-    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
-    workload={"num_jobs": 5, "arrivals": {"pattern": "poisson", "rate": 1.0, "max_per_slot": 2}},
-    policy={"window": 6, "hidden": [32], "minibatch": 32},
-    sim={"max_slots": 150},
-)
-OPTS = A3COptions(traces=3, checkpoint_every=2)
+OPTS = A3COptions(agents=2, traces=6, checkpoint_every=2, val_every=None)
 
 
-def test_sim_backend_follows_the_protocol() -> None:
+def test_sim_backend_follows_the_protocol(tiny) -> None:
     from dl2ray.view import Allocation
 
-    backend = SimBackend.from_config(TINY)
+    backend = SimBackend.from_config(tiny)
     assert isinstance(backend, ClusterBackend)
     view = backend.reset(seeds.training(1)[0])
     nxt, reward, done = backend.step(Allocation({}))
     assert nxt.slot == view.slot + 1 and reward == 0.0 and not done
+
+
+def test_agents_split_the_training_traces_disjointly() -> None:
+    opts = A3COptions(agents=3, traces=8)
+    parts = [opts.agent_traces(i) for i in range(3)]
+    assert sorted(s for p in parts for s in p) == seeds.training(8)
+    assert all(p for p in parts)
+    with pytest.raises(ValueError, match="traces"):
+        A3COptions(agents=3, traces=2)
+
+
+def _row() -> UpdateRow:
+    return UpdateRow(-1, 0.5, 0.25, 1.0, 0.1, 0.0, 32, 3, 0)
+
+
+def test_push_records_history_and_stops_at_the_limit(tiny, tmp_path) -> None:
+    """The plain class (no Ray needed without validation): rows numbered by the global count, limit exact."""
+    gp = GlobalPolicyImpl(tiny, None, 0, str(tmp_path / "a.pt"), OPTS)
+    _, w = gp.get_weights()
+    zeros = np.zeros(w.size, np.float32)
+    assert gp.push(zeros, _row(), 0, limit=2) == (1, None)
+    count, weights = gp.push(zeros, _row(), 1, limit=2, pull=True)
+    assert count == 2 and weights is not None and weights.size == w.size
+    assert gp.push(zeros, _row(), 0, limit=2)[0] == 2  # beyond the limit: dropped
+    assert [r.update for r in gp.result.history] == [1, 2] and gp.per_agent == {0: 1, 1: 1}
+    assert (tmp_path / "a.json").is_file()  # the limit is a checkpoint: run JSON beside it
+
+
+def test_resume_continues_count_history_and_weights(tiny, tmp_path) -> None:
+    """--resume: a new GlobalPolicy on the same checkpoint continues; without it, it starts afresh."""
+    out = str(tmp_path / "a.pt")
+    gp = GlobalPolicyImpl(tiny, None, 0, out, OPTS)
+    _, w = gp.get_weights()
+    for agent in (0, 1, 0, 1):
+        gp.push(np.full(w.size, 0.1, np.float32), _row(), agent, limit=4)
+    again = GlobalPolicyImpl(tiny, None, 0, out, OPTS, resume=True)
+    assert again.resumed and again.stats()["updates"] == 4 and again.per_agent == {0: 2, 1: 2}
+    assert again.result.history == gp.result.history
+    np.testing.assert_array_equal(again.get_weights()[1], gp.get_weights()[1])
+    fresh = GlobalPolicyImpl(tiny, None, 0, out, OPTS)
+    assert not fresh.resumed and fresh.stats()["updates"] == 0
+    assert GlobalPolicyImpl(tiny, None, 0, out, OPTS, resume=True).stats()["updates"] == 0
 
 
 def _stats_after_restart(ray, gp, tries: int = 600) -> dict:
@@ -43,10 +79,9 @@ def _stats_after_restart(ray, gp, tries: int = 600) -> dict:
 
 
 @pytest.fixture(scope="module")
-def a3c_run(ray_session, tmp_path_factory):
+def a3c_run(ray_session, tiny, tmp_path_factory):
     """One GlobalPolicy and two agents shared by this module's Ray tests (actor start-up is the slow part)."""
-    run = A3CRun(TINY, None, agents=2, seed=0, checkpoint=tmp_path_factory.mktemp("a3c") / "a3c.pt",
-                 options=OPTS)
+    run = A3CRun(tiny, None, seed=0, checkpoint=tmp_path_factory.mktemp("a3c") / "a3c.pt", options=OPTS)
     yield run
     run.shutdown()
 
@@ -54,13 +89,13 @@ def a3c_run(ray_session, tmp_path_factory):
 @pytest.mark.ray
 def test_two_agents_train_and_survive_a_killed_agent(ray_session, a3c_run) -> None:
     ray, run = ray_session, a3c_run
-    first = run.train(4, chunk=2)
-    assert first >= 4
+    first = run.train(4)
+    assert first == 4  # pushes beyond the target are dropped: exactly the target
     before = ray.get(run.gp.stats.remote())["per_agent"]
     assert set(before) == {0, 1}
     ray.kill(run.agents[0], no_restart=False)
-    after = run.train(first + 6, chunk=2)  # training goes on while Ray restarts the agent
-    assert after >= first + 6
+    after = run.train(first + 6)  # training goes on while Ray restarts the agent
+    assert after == first + 6
     rep = ray.get(run.agents[0].run.remote(1))  # the killed agent is back, with fresh state
     assert rep.incarnation == 1 and rep.pushed == 1 and rep.last_update >= first
     assert ray.get(run.gp.stats.remote())["per_agent"][0] > before[0]
@@ -69,10 +104,10 @@ def test_two_agents_train_and_survive_a_killed_agent(ray_session, a3c_run) -> No
 @pytest.mark.ray
 def test_restarted_global_policy_resumes_from_its_checkpoint(ray_session, a3c_run) -> None:
     ray, run = ray_session, a3c_run
-    run.train(run.updates() + 2, chunk=1)
+    run.train(run.updates() + 2)
     _, w = ray.get(run.gp.get_weights.remote())
     while ray.get(run.gp.stats.remote())["updates"] % OPTS.checkpoint_every:  # end on a checkpoint
-        ray.get(run.gp.apply_gradients.remote(np.ones(w.size, np.float32), 9))
+        ray.get(run.gp.push.remote(np.ones(w.size, np.float32), _row(), 9))
     before = ray.get(run.gp.stats.remote())
     updates, weights = ray.get(run.gp.get_weights.remote())
     assert not before["resumed"] and updates == before["updates"]
@@ -81,4 +116,4 @@ def test_restarted_global_policy_resumes_from_its_checkpoint(ray_session, a3c_ru
     assert after == {**before, "resumed": True}
     _, back = ray.get(run.gp.get_weights.remote())
     np.testing.assert_array_equal(back, weights)
-    assert run.train(updates + 2, chunk=1) >= updates + 2  # the agents push to the restarted actor
+    assert run.train(updates + 2) == updates + 2  # the agents push to the restarted actor

@@ -1,5 +1,0 @@
-"""``python -m clusters``: the ``dl2ray-a3c`` command line."""
-
-from clusters.cli import main
-
-main()

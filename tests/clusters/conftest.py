@@ -1,0 +1,33 @@
+"""A tiny config for the A3C tests (3 nodes, 5 jobs, small networks): Ray actors start and learn quickly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from support import small_config
+
+from dl2ray.config import ExperimentConfig
+
+
+@pytest.fixture(scope="session")
+def tiny() -> ExperimentConfig:
+    return small_config(
+        cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
+        workload={"num_jobs": 5, "arrivals": {"pattern": "poisson", "rate": 1.0, "max_per_slot": 2}},
+        policy={"window": 6, "hidden": [32], "minibatch": 32},
+        sim={"max_slots": 150},
+    )
+
+
+@pytest.fixture
+def tiny_yaml(tiny: ExperimentConfig, tmp_path: Path) -> Path:
+    """The tiny config as a YAML file for the CLI (absolute paths to the job types and speed surfaces)."""
+    raw = tiny.model_dump(mode="json")
+    raw.pop("base_dir")
+    raw["jobtypes"] = str(tiny.resolve(tiny.jobtypes))
+    raw["speed"]["surfaces"] = str(tiny.surfaces_dir)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
