@@ -12,15 +12,17 @@ supervised teacher (``dl2ray.learn.teacher``), so both produce the same
 ``(state, mask, action)`` steps; an actor-critic learner can replay those.
 
 **Compiled path.** A plain :class:`PolicyChooser` over a
-:class:`~dl2ray.policy.network.NumpyPolicy` does not need a Python call per
+:class:`~dl2ray.policy.network.NumpyPolicy` needs no Python call per
 inference: :func:`run_decision` then runs the same loop as one numba function
-over arrays (:func:`_decide_compiled`). It computes the same masks (the
-placer's rule, argmin of ``(score, node)`` over the nodes that fit, kept per
-distinct demand and rescanned only when the chosen node changes), the same
-features, and draws the same Gumbel noise from the same Generator, so it
-returns the same steps and allocation as the step-by-step path whenever the
-logits' float32 rounding (a different summation order than BLAS) does not
-reorder two logits. ``fast=False`` forces the step-by-step path.
+over arrays (:func:`_decide_compiled`). Masks, features and placement are the
+step-by-step path's, computed with the same float operations (the placer's
+node per distinct demand is the root of a tournament tree over the nodes,
+O(log N) per placement), and sampling draws the same Gumbel noise from the
+same Generator. The logits differ only by float rounding: the first layer is
+accumulated in float64 (the step-by-step path's float32 updates drift over a
+slot), the rest in float32 in a fixed order. So both paths return the same
+steps and allocation unless two allowed logits are within ~1e-6 of each
+other. ``fast=False`` forces the step-by-step path.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class PolicyChooser:
 
     Keeps the first layer's pre-activation across steps and updates it from
     each action's state delta (exactly the full product up to float32 rounding).
+    :func:`run_decision` runs a chooser of exactly this class on the compiled path.
     """
 
     def __init__(self, policy, greedy: bool = True, rng: np.random.Generator | None = None) -> None:
@@ -141,8 +144,8 @@ class PolicyChooser:
 
     def compiled_ok(self) -> bool:
         """Can :func:`run_decision` run this chooser on the compiled path?"""
-        return hasattr(self.policy, "dense_layers") and (
-            self.greedy or isinstance(self.rng, np.random.Generator))
+        return (hasattr(self.policy, "dense_layers") and len(self.policy.dense_layers()) >= 2
+                and (self.greedy or isinstance(self.rng, np.random.Generator)))
 
 
 def decide_slot(
@@ -203,24 +206,26 @@ def _decide_compiled(view: ClusterView, enc: Encoding, chooser: PolicyChooser, r
 def _allocation(view: ClusterView, placed: np.ndarray) -> Allocation:
     """As :meth:`Placer.allocation` (and :class:`OptimusPlacer`'s) after placing ``placed``.
 
-    ``placed``: rows ``(job index in view.jobs, 0 worker / 1 PS, node)`` in placement order.
+    ``placed``: rows ``(job index in view.jobs, WORKER or PS, node)`` in placement order.
+    Jobs come in Placer.job_ids() order: by first worker, then PS-only jobs by first PS.
     """
-    workers: dict[int, list[int]] = {}
-    ps: dict[int, list[int]] = {}
-    demands: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
-    for g, role, node in placed.tolist():
-        job = view.jobs[g]
-        (workers if role == WORKER else ps).setdefault(job.job_id, []).append(node)
-    for g in dict.fromkeys(placed[:, 0].tolist()):
-        job = view.jobs[g]
-        demands[job.job_id] = (job.worker_demand if job.job_id in workers else None,
-                               job.ps_demand if job.job_id in ps else None)
-    order = dict.fromkeys([*workers, *ps])  # Placer.job_ids()
-    packed = Allocation(
-        {j: Tasks(len(workers.get(j, ())), len(ps.get(j, ()))) for j in order},
-        {j: JobPlacement(tuple(workers.get(j, ())), tuple(ps.get(j, ()))) for j in order},
-    )
-    return final_layout(view.placement, view.free, packed, demands)
+    g, role, node = placed[:, 0], placed[:, 1], placed[:, 2]
+    key = g * 2 + role
+    order = np.argsort(key, kind="stable")  # by job and role; placement order kept within each
+    starts = np.flatnonzero(np.diff(key[order], prepend=-1))
+    chunks = np.split(node[order], starts[1:]) if len(placed) else []
+    heads = key[order][starts].tolist()
+    nodes = {divmod(k, 2): tuple(c.tolist()) for k, c in zip(heads, chunks, strict=True)}
+    first = np.sort(order[starts]).tolist()  # each (job, role)'s first placement
+    jobs = dict.fromkeys([*(int(g[i]) for i in first if role[i] == WORKER),
+                          *(int(g[i]) for i in first if role[i] == PS)])
+    tasks, placement, demands = {}, {}, {}
+    for j in jobs:
+        v = view.jobs[j]
+        w, p = nodes.get((j, WORKER), ()), nodes.get((j, PS), ())
+        tasks[v.job_id], placement[v.job_id] = Tasks(len(w), len(p)), JobPlacement(w, p)
+        demands[v.job_id] = (v.worker_demand if w else None, v.ps_demand if p else None)
+    return final_layout(view.placement, view.free, Allocation(tasks, placement), demands)
 
 
 @njit(cache=True)

@@ -146,9 +146,10 @@ class JobArrays:
             maxp[:m] = [j.max_ps for j in jobs]
             wd = np.array([j.worker_demand for j in jobs], dtype=np.float64).reshape(m, 3)
             pd = np.array([j.ps_demand for j in jobs], dtype=np.float64).reshape(m, 3)
-            demands, inverse = np.unique(np.concatenate([wd, pd]), axis=0, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            wkey[:m], pkey[:m] = inverse[:m], inverse[m:]
+            index: dict[tuple[float, ...], int] = {}  # distinct demand → its row, first seen first
+            wkey[:m] = [index.setdefault(tuple(d), len(index)) for d in wd.tolist()]
+            pkey[:m] = [index.setdefault(tuple(d), len(index)) for d in pd.tolist()]
+            demands = np.array(list(index), dtype=np.float64)
             wshare[:m], pshare[:m] = wd * inv_total, pd * inv_total
         return cls(x.reshape(-1, J, L + FEATURES), present, maxw, maxp, wkey, pkey,
                    np.ascontiguousarray(demands), wshare, pshare, 1.0 / max(float(at_caps.max()), 1e-12))
