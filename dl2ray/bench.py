@@ -122,6 +122,8 @@ def bench_decide(
     policy: Annotated[Path | None, typer.Option(help="checkpoint (default: a fresh network)")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="jobs in the view (one window of J by default)")] = 40,
     sample: Annotated[bool, typer.Option("--sample/--greedy", help="sample, or argmax")] = False,
+    compiled: Annotated[bool, typer.Option(
+        "--compiled/--step-by-step", help="the compiled loop, or the step-by-step reference")] = True,
     seed: int = 0,
     repeats: Annotated[int, typer.Option(min=1)] = 200,
     json_out: Annotated[bool, typer.Option("--json")] = False,
@@ -131,6 +133,7 @@ def bench_decide(
     The view: the config's cluster run with DRF until at least ``jobs`` jobs are
     present, cut to the first ``jobs`` of them. Times include building the
     slot's placer, every inference, mask and placement, and the Allocation.
+    The first 5 runs (numba loads or compiles the loop in the first) are dropped.
     """
     from dl2ray.experiments import build_simulator
     from dl2ray.policy.decision import decide_slot
@@ -144,7 +147,7 @@ def bench_decide(
         net = build_networks(enc, cfg.policy.hidden, seed)[0]
     else:
         net = load_checkpoint(policy, expect=enc, catalogue=cfg.catalogue.names).policy
-    fast = NumpyPolicy.from_torch(net)
+    numpy_policy = NumpyPolicy.from_torch(net)
     sim, drf = build_simulator(cfg), DRF()
     view = sim.reset(seed)
     while len(view.jobs) < jobs and not sim.done:
@@ -157,7 +160,7 @@ def bench_decide(
     times, steps, tasks = [], [], []
     for _ in range(repeats + 5):  # the first few warm caches and are dropped
         t0 = time.perf_counter()
-        dec = decide_slot(view, fast, enc, greedy=not sample, rng=rng)
+        dec = decide_slot(view, numpy_policy, enc, greedy=not sample, rng=rng, fast=compiled)
         times.append(time.perf_counter() - t0)
         steps.append(dec.inferences)
         tasks.append(sum(t.workers + t.ps for t in dec.allocation.tasks.values()))
@@ -165,6 +168,7 @@ def bench_decide(
     per = ms / np.maximum(np.array(steps[5:]), 1)
     emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
            "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
+           "path": "compiled" if compiled else "step-by-step",
            "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
            "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
            "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
