@@ -134,6 +134,8 @@ def bench_decide(
     present, cut to the first ``jobs`` of them. Times include building the
     slot's placer, every inference, mask and placement, and the Allocation.
     The first 5 runs (numba loads or compiles the loop in the first) are dropped.
+    ``cpu_*_ms``: the process's CPU time for the same runs (what a loaded machine
+    does not inflate, unlike the wall-clock ``p50_ms``/``p99_ms``).
     """
     from dl2ray.experiments import build_simulator
     from dl2ray.policy.decision import decide_slot
@@ -157,18 +159,21 @@ def bench_decide(
     view = ClusterView(view.slot, view.slot_seconds, view.capacity, view.free, view.jobs[:jobs],
                        view.catalogue, view.placement)
     rng = np.random.default_rng(seed)
-    times, steps, tasks = [], [], []
+    times, cpu, steps, tasks = [], [], [], []
     for _ in range(repeats + 5):  # the first few warm caches and are dropped
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         dec = decide_slot(view, numpy_policy, enc, greedy=not sample, rng=rng, fast=compiled)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         steps.append(dec.inferences)
         tasks.append(sum(t.workers + t.ps for t in dec.allocation.tasks.values()))
-    ms = np.array(times[5:]) * 1e3
+    ms, cpu_ms = np.array(times[5:]) * 1e3, np.array(cpu[5:]) * 1e3
     per = ms / np.maximum(np.array(steps[5:]), 1)
     emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
            "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
            "path": "compiled" if compiled else "step-by-step",
            "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
+           "cpu_p50_ms": round(float(np.percentile(cpu_ms, 50)), 3),
+           "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
            "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
            "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
