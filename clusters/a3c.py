@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,7 +250,7 @@ class GlobalPolicyImpl:
 
     def start(self) -> None:
         """Before the first update of a run: DRF's reference JCT and the validation at update 0."""
-        if self.validator is None or self.result.validation:
+        if self.validator is None or self.result.validation or self._running is not None:
             return
         self.result.baseline_avg_jct = float(ray.get(self.validator.baseline.remote()))
         self._due(_Snapshot(self.opt.updates, _params_vector(self.policy, self.value)))
@@ -307,7 +308,8 @@ class GlobalPolicyImpl:
     def _write(self) -> None:
         assert self.checkpoint is not None
         self.save(str(self.checkpoint))
-        rl.write_run_json(self.checkpoint.with_suffix(".json"), self.cfg, self)
+        # write_run_json reads .seed, .opts (a dataclass with .traces) and .result: this class has them.
+        rl.write_run_json(self.checkpoint.with_suffix(".json"), self.cfg, self)  # type: ignore[arg-type]
 
     def save(self, path: str) -> None:
         """Write the checkpoint atomically (a kill mid-write leaves the previous one intact)."""
@@ -370,9 +372,12 @@ class AgentReport:
 class ClusterAgentImpl:
     """One agent on its own backend and trace stream (module docstring); behind :data:`ClusterAgent`."""
 
-    def __init__(self, cfg: ExperimentConfig, global_policy: Any, agent_id: int, seed: int,
+    def __init__(self, cfg: ExperimentConfig, global_name: str, agent_id: int, seed: int,
                  options: A3COptions) -> None:
         torch.set_num_threads(options.threads)
+        # By name, not by a handle argument: a restartable actor should not hold references in its
+        # constructor arguments (Ray warns that a restart may fail once they go out of scope).
+        global_policy = ray.get_actor(global_name)
         self.cfg, self.gp, self.agent_id, self.opts = cfg, global_policy, agent_id, options
         self.incarnation = _incarnation()
         self.enc = Encoding.from_config(cfg)
@@ -494,11 +499,12 @@ class A3CRun:
                  options: A3COptions | None = None, logdir: Path | None = None, resume: bool = False) -> None:
         self.opts = options or A3COptions()
         cfg = _with_hidden_of(cfg, init)
-        self.gp = GlobalPolicy.remote(cfg, str(init) if init else None, seed,
-                                      str(checkpoint) if checkpoint else None, self.opts,
-                                      str(logdir) if logdir else None, resume)
+        name = f"dl2ray-a3c-global-{uuid.uuid4().hex}"
+        self.gp = GlobalPolicy.options(name=name).remote(
+            cfg, str(init) if init else None, seed, str(checkpoint) if checkpoint else None, self.opts,
+            str(logdir) if logdir else None, resume)
         agent = ClusterAgent.options(max_restarts=self.opts.agent_restarts)
-        self.agents = [agent.remote(cfg, self.gp, i, seed, self.opts) for i in range(self.opts.agents)]
+        self.agents = [agent.remote(cfg, name, i, seed, self.opts) for i in range(self.opts.agents)]
         self.restarts = 0
         self.reports: list[AgentReport] = []
 

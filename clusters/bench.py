@@ -36,5 +36,5 @@ def bench_a3c(cfg: ExperimentConfig, agent_counts: list[int], seconds: float, se
                      "slots_per_s": round(slots / wall, 2), "load_avg": round(load, 2)})
     base = rows[0]["slots_per_s"] if rows else 0.0
     for r in rows:
-        r["speedup"] = round(r["slots_per_s"] / base, 3) if base else None
+        r["speedup"] = round(r["slots_per_s"] / base, 3)
     return {"config": cfg.name, "seconds": seconds, "cpus": os.cpu_count(), "results": rows}

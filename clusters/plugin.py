@@ -37,6 +37,16 @@ def register(plugins: Plugins) -> None:
     plugins.multi_agent_rl = train_multi_agent
 
 
+INLINE_BYTES = 4 << 20
+"""Objects up to this size travel inside the actor call itself, not through the shared-memory object store.
+
+A push carries one flat gradient and its reply the weights (0.8 MB each for the
+testbed networks); through the object store each costs a few IPC round trips
+with the raylet, which on a busy 2-core machine waits for a core (see
+docs/BENCHMARKS.md, A3C).
+"""
+
+
 def start_ray(cpus: int) -> bool:
     """A local Ray instance with ``cpus`` CPUs on loopback, unless one is running; True if started here."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep the node on 127.0.0.1
@@ -45,7 +55,8 @@ def start_ray(cpus: int) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+             _system_config={"max_direct_call_object_size": INLINE_BYTES})
     return True
 
 
