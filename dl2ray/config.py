@@ -177,6 +177,10 @@ class PolicyConfig(_Frozen):
     sl_batch_size: int = Field(default=256, ge=1, description="SL minibatch, decision steps")
     sl_traces: int = Field(default=20, ge=1, description="SL training traces (training seed set)")
     sl_val_traces: int = Field(default=4, ge=1, description="SL validation traces (validation seeds)")
+    sl_label_smoothing: float = Field(
+        default=0.1, ge=0, lt=1, description="SL: probability mass spread over the allowed actions "
+        "(keeps the warm-started policy exploring in RL)"
+    )
     sl_max_slots: int = Field(
         default=400, ge=1, description="slots recorded per SL trace (the rest is not recorded)"
     )

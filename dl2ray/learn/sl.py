@@ -6,7 +6,17 @@
    (:mod:`dl2ray.learn.teacher`). Validation traces are recorded the same way.
 2. **Train.** Cross-entropy of the masked policy logits against the teacher's
    action (Adam, ``policy.sl_lr``), minibatches of ``policy.sl_batch_size``
-   steps shuffled by a generator seeded from the run's seed.
+   steps shuffled by a generator seeded from the run's seed. With label
+   smoothing ``ε = policy.sl_label_smoothing`` the target puts ``1 − ε`` on
+   the teacher's action and spreads ``ε`` evenly over the *allowed* actions:
+   ``L = −(1−ε)·log π(a*|s) − ε·mean_{a allowed} log π(a|s)``. Without it the
+   imitation drives the logits apart without bound (gaps of 100+ after 10
+   epochs), the sampled policy is the greedy one and RL has nothing to explore;
+   ε keeps every allowed action's probability near ``ε/|allowed|``.
+   The value network is fitted at the same time (mean squared error) to the
+   discounted return ``G_t = Σ_k γ^k r_{t+k}`` of each step's slot under the
+   teacher (``γ = policy.gamma``, truncated at ``sl_max_slots``), so RL starts
+   with a critic of the policy it starts from.
 3. **Report.** Per epoch: training loss and accuracy, validation loss and
    accuracy (greedy masked action == teacher action). At the end: average JCT
    of the greedy SL policy and of the teacher on the validation traces.
@@ -36,11 +46,13 @@ from dl2ray.policy.network import NumpyPolicy, PolicyNet, ValueNet, build_networ
 
 @dataclass
 class Dataset:
-    """Labelled decision steps: states (N, J·(L+5)) float32, masks (N, 3J+1) bool, actions (N,) int64."""
+    """Labelled decision steps: states (N, J·(L+5)) float32, masks (N, 3J+1) bool, actions (N,) int64,
+    returns (N,) float32 (the teacher's discounted return from the step's slot)."""
 
     states: np.ndarray
     masks: np.ndarray
     actions: np.ndarray
+    returns: np.ndarray
     short: int = 0  # teacher tasks the replay could not place (see dl2ray.learn.teacher)
 
     def __len__(self) -> int:
@@ -53,16 +65,18 @@ def record(
 ) -> Dataset:
     """Run ``teacher`` on each trace seed and decompose every slot (up to ``max_slots``)."""
     from dl2ray.experiments import build_simulator
+    from dl2ray.learn.rollout import discounted_returns
     from dl2ray.schedulers.base import make_scheduler
 
     enc = Encoding.from_config(cfg)
     sim = build_simulator(cfg)
-    states, masks, actions, short = [], [], [], 0
+    states, masks, actions, returns, short = [], [], [], [], 0
     for seed in trace_seeds:
         sched = make_scheduler(teacher, cfg)
         view = sim.reset(seed)
         if hasattr(sched, "reset"):
             sched.reset(seed)
+        counts, rewards = [], []
         for _ in range(max_slots):
             if sim.done:
                 break
@@ -73,13 +87,19 @@ def record(
                 states.append(st.state)
                 masks.append(st.mask)
                 actions.append(st.action)
-            view = sim.step(alloc).view
+            res = sim.step(alloc)
+            counts.append(len(dec.decision.steps))
+            rewards.append(res.reward)
+            view = res.view
+        g = discounted_returns(np.asarray(rewards), np.zeros(len(rewards), bool), cfg.policy.gamma)
+        returns.extend(np.repeat(g, counts))
         if on_trace:
             on_trace()
     if not actions:
         return Dataset(np.zeros((0, enc.state_dim), np.float32), np.zeros((0, enc.action_dim), bool),
-                       np.zeros(0, np.int64), short)
-    return Dataset(np.stack(states), np.stack(masks), np.asarray(actions, np.int64), short)
+                       np.zeros(0, np.int64), np.zeros(0, np.float32), short)
+    return Dataset(np.stack(states), np.stack(masks), np.asarray(actions, np.int64),
+                   np.asarray(returns, np.float32), short)
 
 
 @dataclass
@@ -107,15 +127,32 @@ def evaluate(policy: PolicyNet, data: Dataset, batch: int = 4096) -> tuple[float
     return loss / len(data), correct / len(data)
 
 
+def smoothed_cross_entropy(logits: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor,
+                           eps: float) -> torch.Tensor:
+    """``mean_i [−(1−ε)·log π(a_i|s_i) − ε·mean_{a allowed} log π(a|s_i)]`` over the masked softmax.
+
+    ``logits`` (N, A) already masked (−inf where ``masks`` is False), ``actions`` (N,).
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    chosen = logp.gather(1, actions[:, None]).squeeze(1)
+    if eps == 0:
+        return -chosen.mean()
+    allowed = torch.where(masks, logp, torch.zeros_like(logp)).sum(1) / masks.sum(1)
+    return (-(1 - eps) * chosen - eps * allowed).mean()
+
+
 def train(
     policy: PolicyNet, data: Dataset, val: Dataset, lr: float, epochs: int, batch_size: int, seed: int,
-    on_epoch: Callable[[EpochStats], None] | None = None,
+    on_epoch: Callable[[EpochStats], None] | None = None, label_smoothing: float = 0.0,
+    value: ValueNet | None = None,
 ) -> list[EpochStats]:
-    """Cross-entropy on masked logits with Adam; returns one row per epoch."""
+    """(Smoothed) cross-entropy on masked logits with Adam, and, given ``value``, the
+    value network's squared error to ``data.returns``; returns one row per epoch."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    value_opt = torch.optim.Adam(value.parameters(), lr=lr) if value is not None else None
     states, masks = torch.from_numpy(data.states), torch.from_numpy(data.masks)
-    actions = torch.from_numpy(data.actions)
+    actions, returns = torch.from_numpy(data.actions), torch.from_numpy(data.returns)
     history = []
     for epoch in range(1, epochs + 1):
         policy.train()
@@ -124,10 +161,15 @@ def train(
         for lo in range(0, len(data), batch_size):
             idx = perm[lo:lo + batch_size]
             logits = policy(states[idx], masks[idx])
-            loss = F.cross_entropy(logits, actions[idx])
+            loss = smoothed_cross_entropy(logits, masks[idx], actions[idx], label_smoothing)
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if value is not None and value_opt is not None:
+                value_loss = F.mse_loss(value(states[idx]), returns[idx])
+                value_opt.zero_grad()
+                value_loss.backward()
+                value_opt.step()
             total += float(loss.detach()) * len(idx)
             correct += int((logits.detach().argmax(dim=1) == actions[idx]).sum())
         policy.eval()
@@ -217,7 +259,7 @@ def run_sl(
                 writer.add_scalar(f"sl/{k}", getattr(row, k), row.epoch)
 
     history = train(policy, data, val, cfg.policy.sl_lr, run.epochs, cfg.policy.sl_batch_size,
-                    run.seed, on_epoch)
+                    run.seed, on_epoch, cfg.policy.sl_label_smoothing, value)
     jct = compare_jct(cfg, policy, run.teacher, val_seeds)
     tick("evaluate", 1)
     if writer is not None:

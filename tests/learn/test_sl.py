@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 from support import small_config
 
 from dl2ray.learn import seeds
-from dl2ray.learn.sl import SLRun, record, run_sl, train
+from dl2ray.learn.sl import SLRun, record, run_sl, smoothed_cross_entropy, train
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import build_networks, load_checkpoint
 
@@ -42,3 +44,34 @@ def test_same_seed_same_loss_curve():
         pol, _ = build_networks(Encoding.from_config(TINY), TINY.policy.hidden, 7)
         curves.append([(h.loss, h.val_loss) for h in train(pol, data, val, 0.005, 3, 32, seed=7)])
     assert curves[0] == curves[1]
+
+
+def test_smoothed_cross_entropy_by_hand():
+    # two allowed actions of three; logits (0, ln 3) → π = (1/4, 3/4) over the allowed ones
+    logits = torch.tensor([[0.0, math.log(3.0), float("-inf")]])
+    masks = torch.tensor([[True, True, False]])
+    actions = torch.tensor([1])
+    assert float(smoothed_cross_entropy(logits, masks, actions, 0.0)) == pytest.approx(-math.log(0.75))
+    want = -(0.8 * math.log(0.75) + 0.2 * 0.5 * (math.log(0.25) + math.log(0.75)))
+    assert float(smoothed_cross_entropy(logits, masks, actions, 0.2)) == pytest.approx(want, rel=1e-6)
+
+
+def test_recorded_returns_are_the_teachers_discounted_returns():
+    data = record(TINY, "drf", seeds.training(1), 30)
+    assert data.returns.shape == data.actions.shape
+    assert (data.returns > 0).all()  # every slot of a run trains something until the end
+    # steps of one slot share its return; the discounted return falls towards the end of a trace
+    assert data.returns[0] > data.returns[-1]
+
+
+def test_value_network_is_fitted_to_the_returns():
+    data = record(TINY, "drf", seeds.training(2), 30)
+    pol, val_net = build_networks(Encoding.from_config(TINY), TINY.policy.hidden, 3)
+    target = torch.from_numpy(data.returns)
+    states = torch.from_numpy(data.states)
+    with torch.no_grad():
+        before = float(((val_net(states) - target) ** 2).mean())
+    train(pol, data, data, 0.005, 5, 32, seed=3, value=val_net)
+    with torch.no_grad():
+        after = float(((val_net(states) - target) ** 2).mean())
+    assert after < 0.25 * before
