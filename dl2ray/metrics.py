@@ -16,6 +16,21 @@ RUN_METRICS = (
 )
 
 
+def censored_avg_jct(r: RunResult) -> float:
+    """Average JCT (slots) over *every* job that arrived, unfinished ones counted until the run stopped.
+
+    ``(1/N) Σ_j (end_j − arrival_j)`` with ``end_j`` = the number of slots run
+    for a job still unfinished (a lower bound of its JCT). ``avg_jct`` of
+    :func:`summarize_run` averages over finished jobs only, so a policy that
+    starves jobs until ``sim.max_slots`` would look good there; model selection
+    uses this one.
+    """
+    if not r.arrival:
+        return float("nan")
+    stop = float(len(r.rewards))
+    return float(np.mean([r.end_time.get(j, stop) - a for j, a in r.arrival.items()]))
+
+
 def summarize_run(r: RunResult) -> dict[str, float]:
     """Metrics of one run. JCTs and makespan in slots; ``*_hours`` in hours.
 

@@ -111,26 +111,27 @@ class RLResult:
 
 
 def validate(cfg: ExperimentConfig, policy: PolicyNet, trace_seeds: list[int]) -> float:
-    """Average over ``trace_seeds`` of the greedy policy's average JCT (slots)."""
+    """Average over ``trace_seeds`` of the greedy policy's average JCT (slots), unfinished jobs
+    counted until the run stopped (:func:`dl2ray.metrics.censored_avg_jct`)."""
     from dl2ray.experiments import build_simulator
-    from dl2ray.metrics import summarize_run
+    from dl2ray.metrics import censored_avg_jct
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
 
     sim = build_simulator(cfg)
     sched = DL2Scheduler.from_policy(NumpyPolicy.from_torch(policy))
-    return float(np.mean([summarize_run(run_episode(sim, sched, s))["avg_jct"] for s in trace_seeds]))
+    return float(np.mean([censored_avg_jct(run_episode(sim, sched, s)) for s in trace_seeds]))
 
 
 def heuristic_jct(cfg: ExperimentConfig, name: str, trace_seeds: list[int]) -> float:
-    """Average JCT (slots) of heuristic ``name`` on ``trace_seeds``."""
+    """Average JCT (slots) of heuristic ``name`` on ``trace_seeds``, counted as in :func:`validate`."""
     from dl2ray.experiments import build_simulator
-    from dl2ray.metrics import summarize_run
+    from dl2ray.metrics import censored_avg_jct
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.sim import run_episode
 
     sim = build_simulator(cfg)
-    runs = [summarize_run(run_episode(sim, make_scheduler(name, cfg), s))["avg_jct"] for s in trace_seeds]
+    runs = [censored_avg_jct(run_episode(sim, make_scheduler(name, cfg), s)) for s in trace_seeds]
     return float(np.mean(runs))
 
 

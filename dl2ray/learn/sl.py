@@ -182,9 +182,10 @@ def train(
 
 
 def compare_jct(cfg: ExperimentConfig, policy: PolicyNet, teacher: str, trace_seeds: Sequence[int]) -> dict:
-    """Average JCT (slots) of the greedy policy and of the teacher, per trace and overall."""
+    """Average JCT (slots; unfinished jobs counted until the run stopped, see
+    :func:`dl2ray.metrics.censored_avg_jct`) of the greedy policy and of the teacher."""
     from dl2ray.experiments import build_simulator
-    from dl2ray.metrics import summarize_run
+    from dl2ray.metrics import censored_avg_jct, summarize_run
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
@@ -193,10 +194,11 @@ def compare_jct(cfg: ExperimentConfig, policy: PolicyNet, teacher: str, trace_se
     fast = NumpyPolicy.from_torch(policy)
     per_trace = []
     for seed in trace_seeds:
-        mine = summarize_run(run_episode(sim, DL2Scheduler.from_policy(fast), seed))
-        theirs = summarize_run(run_episode(sim, make_scheduler(teacher, cfg), seed))
-        per_trace.append({"seed": seed, "policy_avg_jct": mine["avg_jct"],
-                          "teacher_avg_jct": theirs["avg_jct"],
+        mine_run = run_episode(sim, DL2Scheduler.from_policy(fast), seed)
+        theirs_run = run_episode(sim, make_scheduler(teacher, cfg), seed)
+        mine = summarize_run(mine_run)
+        per_trace.append({"seed": seed, "policy_avg_jct": censored_avg_jct(mine_run),
+                          "teacher_avg_jct": censored_avg_jct(theirs_run),
                           "policy_completed": mine["completed"], "jobs": mine["jobs"]})
     p = float(np.mean([r["policy_avg_jct"] for r in per_trace]))
     t = float(np.mean([r["teacher_avg_jct"] for r in per_trace]))
