@@ -32,6 +32,7 @@ seeded by ``[seed, 1]``, ``[seed, 2]``, ``[seed, 3]``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -104,6 +105,7 @@ class RLResult:
     baseline_avg_jct: float
     history: list[UpdateRow] = field(default_factory=list)
     validation: list[ValidationRow] = field(default_factory=list)
+    wall_seconds: float = 0.0  # training and validation, summed over resumed sessions
 
     @property
     def best(self) -> ValidationRow | None:
@@ -227,6 +229,7 @@ class Trainer:
         self.result.history = [UpdateRow(**row) for row in r["history"]]
         self.result.validation = [ValidationRow(**row) for row in r["validation"]]
         self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
+        self.result.wall_seconds = float(r.get("wall_seconds", 0.0))
         self.result.updates = self.updates
 
 
@@ -254,10 +257,19 @@ def train_rl(
     trainer = Trainer(cfg, init, seed, opts, val_cfg=val_cfg)
     if resume and out is not None and out.exists():
         trainer.restore(out)
+    clock = time.perf_counter()
+
+    def tick() -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        trainer.result.wall_seconds += now - clock
+        clock = now
+
     writer = _writer(logdir)
     if not trainer.result.validation:
         trainer.result.baseline_avg_jct = heuristic_jct(trainer.val_cfg, "drf", trainer.val_seeds)
         _log_validation(writer, trainer.validate())
+        tick()
         if out is not None:
             trainer.save(out.with_suffix(".best.pt"))
     best = trainer.result.best
@@ -269,14 +281,17 @@ def train_rl(
         if u % opts.val_every == 0 or u == updates:
             val = trainer.validate()
             _log_validation(writer, val)
+            tick()
             if out is not None and (best is None or val.avg_jct < best.avg_jct):
                 trainer.save(out.with_suffix(".best.pt"))
             best = trainer.result.best
         if out is not None and (u % opts.checkpoint_every == 0 or u == updates):
+            tick()
             trainer.save(out)
             write_run_json(out.with_suffix(".json"), cfg, trainer)
         if on_update:
             on_update(row, val)
+    tick()
     if writer is not None:
         writer.close()
     return trainer, trainer.result

@@ -29,6 +29,7 @@ and shuffling only.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -219,6 +220,7 @@ class SLResult:
     short: int
     history: list[EpochStats] = field(default_factory=list)
     jct: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0  # record + train + evaluate
 
     @property
     def val_accuracy(self) -> float:
@@ -245,6 +247,7 @@ def run_sl(
 
     ``progress(stage, advance)`` is called once per recorded trace and per epoch.
     """
+    started = time.perf_counter()
     enc = Encoding.from_config(cfg)
     tick = progress or (lambda stage, n: None)
     train_seeds = seedsets.training(run.traces)
@@ -269,7 +272,7 @@ def run_sl(
         writer.add_scalar("sl/val_teacher_avg_jct", jct["teacher_avg_jct"], run.epochs)
         writer.close()
     result = SLResult(cfg.name, run.teacher, run.seed, train_seeds, val_seeds, len(data), len(val),
-                      data.short, history, jct)
+                      data.short, history, jct, time.perf_counter() - started)
     if out is not None:
         save_checkpoint(out, policy, value, cfg.catalogue.names,
                         extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
