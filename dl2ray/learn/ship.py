@@ -1,0 +1,149 @@
+"""Shipping a trained policy: a slim checkpoint, its run record and a model card.
+
+``dl2ray train ship --config C --run OUT.pt --name dl2-testbed`` takes an RL
+run's best checkpoint (``OUT.best.pt``, chosen on validation traces), and
+writes into ``--models`` (``models/`` by default):
+
+- ``NAME.pt``: policy and value networks only (no optimiser state), with the
+  provenance in its ``extra`` (config name, run, best update);
+- ``NAME.json``: the run records — the RL run's ``OUT.json`` (config, seed,
+  options, validation history, wall time) and, if the run started from one,
+  the SL checkpoint's record (teacher, traces, epochs, agreement);
+- ``NAME.md``: the model card — config, teacher, updates, agents, wall time,
+  and the test-set comparison: average JCT (slots, mean ± 95% CI over test
+  traces) of the policy and of every heuristic, its ratio to DRF, and how many
+  jobs each finished.
+
+Test traces come from :func:`dl2ray.learn.seeds.test`: never used in training
+or model selection.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from dl2ray.config import ExperimentConfig
+from dl2ray.errors import UserError
+from dl2ray.learn import seeds as seedsets
+from dl2ray.policy.network import load_checkpoint, save_checkpoint
+
+HEURISTICS = ("fifo", "srtf", "drf", "tetris", "optimus")
+
+
+@dataclass(frozen=True)
+class Shipped:
+    checkpoint: Path
+    record: Path
+    card: Path
+    results: list[dict]
+
+
+def read_record(path: Path) -> dict:
+    """The JSON run record beside a checkpoint (``X.pt`` → ``X.json``); UserError if missing/bad."""
+    rec = path.with_suffix(".json")
+    try:
+        return json.loads(rec.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise UserError(f"--run: {rec}: no run record beside the checkpoint") from exc
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--run: {rec}: line {exc.lineno}: not JSON ({exc.msg})") from exc
+
+
+def _run_paths(run: Path) -> tuple[Path, dict, dict | None]:
+    """The best checkpoint of ``run``, its RL record, and the SL record of its init (if any)."""
+    best = run.with_suffix(".best.pt")
+    if not best.is_file():
+        raise UserError(f"--run: {best}: no best checkpoint (was {run} written by `dl2ray train rl`?)")
+    rl = read_record(run)
+    sl = None
+    if rl.get("init"):
+        init = Path(rl["init"])
+        sl = read_record(init) if init.with_suffix(".json").is_file() else None
+    return best, rl, sl
+
+
+def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: Path,
+         test_traces: int, processes: int | None = None) -> Shipped:
+    """Write ``NAME.pt``, ``NAME.json`` and ``NAME.md`` (see the module docstring)."""
+    from dl2ray.experiments import compare
+
+    best, rl, sl = _run_paths(run)
+    ckpt = load_checkpoint(best, catalogue=cfg.catalogue.names)
+    ex = ckpt.extra
+    provenance = {"kind": "shipped", "config": cfg.name, "run": str(run),
+                  "update": ex.get("updates"), "seed": ex.get("seed")}
+    models.mkdir(parents=True, exist_ok=True)
+    pt, record, card = models / f"{name}.pt", models / f"{name}.json", models / f"{name}.md"
+    save_checkpoint(pt, ckpt.policy, ckpt.value, cfg.catalogue.names, extra=provenance)
+    test = seedsets.test(test_traces)
+    spec = f"dl2:{pt}"
+    comp = compare(cfg, [*HEURISTICS, spec], test, processes=processes)
+    rows = comp.summary()
+    for row in rows:
+        if row["scheduler"] == spec:
+            row["scheduler"] = f"dl2 ({name})"
+    record.write_text(json.dumps({"name": name, "config_file": config_path, "rl": rl, "sl": sl,
+                                  "test_seeds": test, "test_results": rows}, indent=1) + "\n",
+                      encoding="utf-8")
+    card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test), encoding="utf-8")
+    return Shipped(pt, record, card, rows)
+
+
+def _fmt_hours(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
+def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None, rows: list[dict],
+               test: list[int]) -> str:
+    """The card's Markdown (see the module docstring)."""
+    best = rl.get("best") or {}
+    opts = rl.get("options", {})
+    policy = rl.get("config", {}).get("policy", {})
+    lines = [
+        f"# {name}",
+        "",
+        f"DL2 policy for `{config_path}` (config `{rl.get('config', {}).get('name', '?')}`), "
+        f"J = {policy.get('window')} jobs per window, hidden layers {policy.get('hidden')}.",
+        "",
+        "## Training",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
+    if sl is not None:
+        smoothing = sl["config"]["policy"].get("sl_label_smoothing", 0)
+        lines += [
+            f"| supervised warm-start | teacher `{sl.get('teacher')}`, {sl['run']['traces']} training "
+            f"traces, {sl['run']['epochs']} epochs, label smoothing {smoothing} |",
+            f"| SL agreement with the teacher (validation) | {sl.get('val_accuracy', float('nan')):.3f} |",
+            f"| SL avg JCT / teacher (validation) | {sl.get('jct', {}).get('ratio', float('nan')):.3f} |",
+            f"| SL wall time | {_fmt_hours(sl.get('wall_seconds', 0.0))} |",
+        ]
+    else:
+        lines.append("| supervised warm-start | none (RL from scratch) |")
+    lines += [
+        f"| RL | {rl.get('updates')} updates, {opts.get('agents', rl.get('agents', 1))} agent(s), "
+        f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}, "
+        f"lr {policy.get('rl_lr')}, critic {opts.get('critic')}, exploration {opts.get('exploration')}, "
+        f"replay {opts.get('replay')} |",
+        f"| RL wall time | {_fmt_hours(rl.get('wall_seconds', 0.0))} |",
+        f"| shipped checkpoint | update {best.get('update')} (best validation avg JCT "
+        f"{best.get('avg_jct', float('nan')):.2f} slots; DRF {rl.get('baseline_avg_jct', float('nan')):.2f} "
+        f"on the same {len(rl.get('val_seeds', []))} validation traces) |",
+        "",
+        f"## Test traces ({len(test)}: seeds {test[0]}..{test[-1]}, never used for training or selection)",
+        "",
+        "| scheduler | avg JCT (slots) | avg JCT / DRF | p95 JCT | makespan | jobs done |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['scheduler']} | {r['avg_jct']:.2f} ± {r['avg_jct_ci95']:.2f} | "
+            f"{r.get('avg_jct_vs_drf', float('nan')):.3f} | {r['p95_jct']:.2f} | {r['makespan']:.1f} | "
+            f"{r['completed']:.1f}/{r['jobs']:.0f} |"
+        )
+    lines += ["", "Regenerate: `dl2ray train ship --config " + config_path + f" --run {run} "
+              f"--name {name} --test-traces {len(test)}`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Shipping a run: slim checkpoint, run records, model card with test-set results; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+
+from support import run_cli, small_config
+
+from dl2ray.learn import seeds
+from dl2ray.learn.rl import RLOptions, train_rl
+from dl2ray.learn.ship import HEURISTICS, ship
+from dl2ray.learn.sl import SLRun, run_sl
+from dl2ray.policy.network import load_checkpoint
+
+TINY = small_config(
+    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
+    workload={"num_jobs": 5, "arrivals": {"pattern": "poisson", "rate": 1.0, "max_per_slot": 2}},
+    policy={"window": 6, "hidden": [32], "minibatch": 32, "replay_size": 256},
+    sim={"max_slots": 150},
+)
+
+
+def _run(tmp_path):
+    sl = tmp_path / "sl.pt"
+    run_sl(TINY, SLRun("drf", traces=2, val_traces=1, epochs=2, seed=0, max_slots=50), out=sl)
+    out = tmp_path / "rl.pt"
+    train_rl(TINY, sl, 2, 0, out, RLOptions(traces=2, val_traces=1, val_every=1, checkpoint_every=1))
+    return out
+
+
+def test_ship_writes_checkpoint_record_and_card(tmp_path):
+    run = _run(tmp_path)
+    shipped = ship(TINY, "tiny.yaml", run, "dl2-tiny", tmp_path / "models", test_traces=2, processes=1)
+    ckpt = load_checkpoint(shipped.checkpoint, catalogue=TINY.catalogue.names)
+    assert ckpt.extra["kind"] == "shipped" and "optimizer" not in ckpt.extra
+    rec = json.loads(shipped.record.read_text())
+    assert rec["test_seeds"] == seeds.test(2)
+    assert rec["sl"]["teacher"] == "drf" and rec["rl"]["updates"] == 2
+    names = [r["scheduler"] for r in rec["test_results"]]
+    assert names == [*HEURISTICS, "dl2 (dl2-tiny)"]
+    card = shipped.card.read_text()
+    for name in names:
+        assert f"| {name} |" in card
+    assert "teacher `drf`" in card and "2 updates" in card
+
+
+def test_ship_cli_rejects_bad_input(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "train", "ship", "--run", str(tmp_path / "none.pt"), "--name", "m",
+                           "--models", str(tmp_path))
+    assert code == 2 and "--run" in err and "none.best.pt" in err
+    code, _, err = run_cli(capsys, "train", "ship", "--run", str(tmp_path / "none.pt"), "--name", "../x")
+    assert code == 2 and "--name" in err
