@@ -77,3 +77,36 @@ def plot_jct_cdf(comp: Comparison, path: str | Path) -> Path:
     plt.close(fig)
     return path
 
+
+def plot_training_curve(rows: list[tuple[int, str, float]], path: str | Path, title: str,
+                        labels: dict[str, str] | None = None,
+                        flat: tuple[str, ...] = ()) -> Path:
+    """Validation average JCT (slots) against RL update, one line per run (the DL2 paper's Fig. 10).
+
+    ``rows`` are ``(update, run, avg_jct)``; runs named in ``flat`` (reference
+    lines that do not train) are dashed; ``labels`` renames runs in the legend.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    labels = labels or {}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run in dict.fromkeys(r for _, r, _ in rows):
+        pts = sorted((u, j) for u, name, j in rows if name == run)
+        ax.plot([u for u, _ in pts], [j for _, j in pts], "--" if run in flat else "-",
+                marker=None if run in flat else ".", label=labels.get(run, run))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("RL update")
+    ax.set_ylabel("validation average JCT (slots)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
