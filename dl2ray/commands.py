@@ -187,11 +187,17 @@ def fit_speed(
 
 def demo(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("demo-out"),
-    traces: Annotated[int, typer.Option(min=1)] = 5,
+    traces: Annotated[int, typer.Option(min=1, help="test traces (the test seed set)")] = 5,
+    model: Annotated[Path, typer.Option(help="shipped DL2 policy")] = Path("models/dl2-testbed.pt"),
 ) -> None:
-    """The main job on the embedded default: all heuristics on the testbed config."""
-    compare(config=None, schedulers="fifo,srtf,drf,tetris,optimus", traces=traces, seed=1000,
-            trace=None, json_out=False, plot=None, out=out, processes=None)
+    """The main job on the embedded default: the shipped DL2 policy and all heuristics, testbed config,
+    on test traces (never used in training or model selection)."""
+    from dl2ray.learn.seeds import TEST
+
+    if not model.is_file():
+        raise UserError(f"--model: {model}: no such checkpoint (the repository ships models/dl2-testbed.pt)")
+    compare(config=None, schedulers=f"fifo,srtf,drf,tetris,optimus,dl2:{model}", traces=traces,
+            seed=TEST[0], trace=None, json_out=False, plot=None, out=out, processes=None)
 
 
 PLUGIN_GROUP = "dl2ray.plugins"
