@@ -186,6 +186,10 @@ class PolicyConfig(_Frozen):
     )
     gamma: float = Field(default=0.9, ge=0, le=1, description="RL discount per slot")
     entropy_weight: float = Field(default=0.1, ge=0, description="RL entropy bonus weight")
+    entropy_decay_updates: int = Field(
+        default=0, ge=0, description="RL: the entropy weight falls linearly to 0 over this many updates "
+        "(0: constant, the paper's setting)"
+    )
     rl_lr: float = Field(default=1e-4, gt=0, description="RL Adam learning rate (policy and value)")
     replay_size: int = Field(default=8192, ge=1, description="RL replay buffer, decision steps")
     minibatch: int = Field(default=256, ge=1, description="RL minibatch, decision steps")

@@ -47,8 +47,17 @@ class LossConfig:
     critic: bool = True
 
     @classmethod
-    def from_config(cls, cfg, critic: bool = True) -> LossConfig:
-        return cls(cfg.policy.gamma, cfg.policy.entropy_weight, critic)
+    def from_config(cls, cfg, critic: bool = True, update: int = 0) -> LossConfig:
+        """The losses' settings at ``update`` (the entropy weight may decay, see :func:`entropy_weight`)."""
+        p = cfg.policy
+        return cls(p.gamma, entropy_weight(p.entropy_weight, p.entropy_decay_updates, update), critic)
+
+
+def entropy_weight(beta: float, decay_updates: int, update: int) -> float:
+    """``β·max(0, 1 − update/decay_updates)``; ``β`` itself when ``decay_updates`` is 0."""
+    if decay_updates <= 0:
+        return beta
+    return beta * max(0.0, 1.0 - update / decay_updates)
 
 
 def td_targets(rewards: torch.Tensor, next_values: torch.Tensor, terminals: torch.Tensor,

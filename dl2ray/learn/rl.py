@@ -186,6 +186,7 @@ class Trainer:
             self.buffer.add(batch)
             drawn = self.buffer.sample(p.minibatch, self.replay_rng)
             batch, weights, indices = drawn.batch, drawn.weights, drawn.indices
+        self.loss_cfg = LossConfig.from_config(self.cfg, self.opts.critic, self.updates)
         grads, stats = compute_gradients(self.policy, self.value, batch, self.loss_cfg, weights)
         self.opt.apply_gradients(grads, train_policy=self.updates >= self.opts.critic_warmup)
         if self.buffer is not None and indices is not None:

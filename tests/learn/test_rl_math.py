@@ -232,3 +232,13 @@ def test_critic_warmup_leaves_policy_unchanged():
     ActorCriticOptimizer(policy, value, 1e-2).apply_gradients(grads, train_policy=False)
     assert all(torch.equal(a, p) for a, p in zip(before, policy.parameters(), strict=True))
     assert any(not torch.equal(a, p) for a, p in zip(vbefore, value.parameters(), strict=True))
+
+
+def test_entropy_weight_decays_linearly_to_zero():
+    from dl2ray.learn.actor_critic import entropy_weight
+
+    assert entropy_weight(0.1, 0, 10_000) == 0.1  # no decay: the paper's constant β
+    assert entropy_weight(0.1, 400, 0) == 0.1
+    assert entropy_weight(0.1, 400, 100) == pytest.approx(0.075)
+    assert entropy_weight(0.1, 400, 400) == 0.0
+    assert entropy_weight(0.1, 400, 1000) == 0.0
