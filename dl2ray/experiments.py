@@ -9,6 +9,7 @@ every scheduler sees the same traces.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -116,7 +117,9 @@ def compare(
             if on_done:
                 on_done(outcomes[spec])
     else:
-        with ProcessPoolExecutor(max_workers=procs) as pool:
+        # spawn, not fork: a parent that has run torch (loading a dl2: checkpoint) holds OpenMP
+        # threads, and a forked child can deadlock in them.
+        with ProcessPoolExecutor(max_workers=procs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(run_one, cfg, spec, trace): spec for spec in specs}
             for fut, spec in futures.items():
                 outcomes[spec] = fut.result()

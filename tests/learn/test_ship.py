@@ -30,7 +30,8 @@ def _run(tmp_path):
 
 def test_ship_writes_checkpoint_record_and_card(tmp_path):
     run = _run(tmp_path)
-    shipped = ship(TINY, "tiny.yaml", run, "dl2-tiny", tmp_path / "models", test_traces=2, processes=1)
+    # two processes after torch ran in this one: compare must spawn, not fork (OpenMP deadlock)
+    shipped = ship(TINY, "tiny.yaml", run, "dl2-tiny", tmp_path / "models", test_traces=2, processes=2)
     ckpt = load_checkpoint(shipped.checkpoint, catalogue=TINY.catalogue.names)
     assert ckpt.extra["kind"] == "shipped" and "optimizer" not in ckpt.extra
     rec = json.loads(shipped.record.read_text())
