@@ -91,6 +91,11 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     return Shipped(pt, record, card, rows)
 
 
+def _decay(policy: dict) -> str:
+    n = policy.get("entropy_decay_updates") or 0
+    return f" falling linearly to 0 over {n} updates" if n else " (constant)"
+
+
 def _fmt_hours(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
@@ -125,7 +130,8 @@ def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
         lines.append("| supervised warm-start | none (RL from scratch) |")
     lines += [
         f"| RL | {rl.get('updates')} updates, {opts.get('agents', rl.get('agents', 1))} agent(s), "
-        f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}, "
+        f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}"
+        f"{_decay(policy)}, "
         f"lr {policy.get('rl_lr')}, critic {opts.get('critic')}, exploration {opts.get('exploration')}, "
         f"replay {opts.get('replay')} |",
         f"| RL wall time | {_fmt_hours(rl.get('wall_seconds', 0.0))} |",
