@@ -85,6 +85,7 @@ def plot_training_curve(rows: list[tuple[int, str, float]], path: str | Path, ti
 
     ``rows`` are ``(update, run, avg_jct)``; runs named in ``flat`` (reference
     lines that do not train) are dashed; ``labels`` renames runs in the legend.
+    The y axis is logarithmic when the values span more than a factor of 10.
     """
     import matplotlib
 
@@ -99,6 +100,9 @@ def plot_training_curve(rows: list[tuple[int, str, float]], path: str | Path, ti
         ax.plot([u for u, _ in pts], [j for _, j in pts], "--" if run in flat else "-",
                 marker=None if run in flat else ".", label=labels.get(run, run))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    values = [j for _, _, j in rows if j > 0]
+    if values and max(values) > 10 * min(values):  # e.g. RL from scratch starts 100× above DRF
+        ax.set_yscale("log")
     ax.set_xlabel("RL update")
     ax.set_ylabel("validation average JCT (slots)")
     ax.set_title(title)
