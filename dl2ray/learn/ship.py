@@ -150,6 +150,25 @@ def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
             f"{r.get('avg_jct_vs_drf', float('nan')):.3f} | {r['p95_jct']:.2f} | {r['makespan']:.1f} | "
             f"{r['completed']:.1f}/{r['jobs']:.0f} |"
         )
-    lines += ["", "Regenerate: `dl2ray train ship --config " + config_path + f" --run {run} "
-              f"--name {name} --test-traces {len(test)}`.", ""]
+    commands = reproduce(name, config_path, run, rl, sl, len(test))
+    lines += ["", "## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(lines)
+
+
+def reproduce(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
+              test_traces: int) -> list[str]:
+    """The commands that rebuild this model from its run records (same seeds → same networks)."""
+    cmds = []
+    if sl is not None:
+        r = sl["run"]
+        cmds.append(f"dl2ray train sl --config {config_path} --teacher {r['teacher']} "
+                    f"--out {rl.get('init')} --traces {r['traces']} --val-traces {r['val_traces']} "
+                    f"--epochs {r['epochs']} --seed {r['seed']}")
+    o = rl.get("options", {})
+    init = f" --init {rl['init']}" if rl.get("init") else ""
+    cmds.append(f"dl2ray train rl --config {config_path}{init} --updates {rl.get('updates')} "
+                f"--traces {o.get('traces')} --val-traces {o.get('val_traces')} "
+                f"--val-every {o.get('val_every')} --seed {rl.get('seed')} --out {run}")
+    cmds.append(f"dl2ray train ship --config {config_path} --run {run} --name {name} "
+                f"--test-traces {test_traces}")
+    return cmds

@@ -43,6 +43,7 @@ def test_ship_writes_checkpoint_record_and_card(tmp_path):
     for name in names:
         assert f"| {name} |" in card
     assert "teacher `drf`" in card and "2 updates" in card
+    assert f"dl2ray train rl --config tiny.yaml --init {tmp_path / 'sl.pt'} --updates 2" in card
 
 
 def test_ship_cli_rejects_bad_input(tmp_path, capsys):
