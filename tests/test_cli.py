@@ -89,3 +89,19 @@ def test_bench_commands_print_json(capsys):
     code, out, _ = run_cli(capsys, "bench", "sim", "--config", str(CONFIGS / "testbed.yaml"),
                            "--repeats", "1", "--json")
     assert code == 0 and json.loads(out)["jobs"] == 30
+
+
+def test_demo_compares_the_shipped_policy_on_test_traces(capsys, tmp_path):
+    model = REPO / "models" / "dl2-testbed.pt"
+    code, _, _ = run_cli(capsys, "demo", "--traces", "1", "--out", str(tmp_path / "d"), "--model", str(model))
+    assert code == 0
+    doc = json.loads((tmp_path / "d" / "results.json").read_text())
+    assert doc["seeds"] == [3_000_000]  # the first test seed
+    names = [r["scheduler"] for r in doc["results"]]
+    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", f"dl2:{model}"]
+    assert all(r["completed"] == r["jobs"] for r in doc["results"])
+
+
+def test_demo_without_the_model_is_a_user_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "demo", "--out", str(tmp_path / "d"), "--model", str(tmp_path / "no.pt"))
+    assert code == 2 and "--model" in err
