@@ -189,6 +189,7 @@ class GlobalPolicyImpl:
         self.val_seeds = seedsets.validation(options.val_traces)
         self.result = RLResult(seed, init, 0, self.val_seeds, float("nan"))
         self.resumed = False
+        self._clock = time.perf_counter()  # result.wall_seconds: this actor's time since here, plus restored
         if self.checkpoint is not None and self.checkpoint.exists() and (resume or _incarnation()):
             self._restore(self.checkpoint)
         elif self.checkpoint is not None:  # a restart before the first periodic one resumes from this
@@ -261,6 +262,8 @@ class GlobalPolicyImpl:
             self._poll(block=True)
         if self.checkpoint is not None:
             self._write()
+        else:
+            self._tick()
         if self.writer is not None:
             self.writer.flush()
         return self.result
@@ -305,8 +308,14 @@ class GlobalPolicyImpl:
 
     # -- checkpoints ---------------------------------------------------------------------------
 
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.result.wall_seconds += now - self._clock
+        self._clock = now
+
     def _write(self) -> None:
         assert self.checkpoint is not None
+        self._tick()
         self.save(str(self.checkpoint))
         # write_run_json reads .seed, .opts (a dataclass with .traces) and .result: this class has them.
         rl.write_run_json(self.checkpoint.with_suffix(".json"), self.cfg, self)  # type: ignore[arg-type]
@@ -332,6 +341,7 @@ class GlobalPolicyImpl:
         self.result.init = r["init"]
         self.result.updates = int(r["updates"])
         self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
+        self.result.wall_seconds = float(r.get("wall_seconds", 0.0))
         self.result.history = [UpdateRow(**row) for row in r["history"]]
         self.result.validation = [ValidationRow(**row) for row in r["validation"]]
         self.resumed = True
@@ -419,7 +429,9 @@ class ClusterAgentImpl:
             records = self.collector.collect(self._numpy, self.steps_per_update,
                                              whole_episodes=not self.loss_cfg.critic)
             batch = to_batch(records, self.enc, self.loss_cfg.gamma)
-            grads, st = compute_gradients(self.policy, self.value, batch, self.loss_cfg)
+            # The entropy weight may decay with the global update count: that of the weights in use.
+            loss_cfg = LossConfig.from_config(self.cfg, self.opts.critic, max(self._version, 0))
+            grads, st = compute_gradients(self.policy, self.value, batch, loss_cfg)
             row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
                             float(np.mean([r.reward for r in records])), st.mean_value, len(batch),
                             len(records), sum(r.explored for r in records))

@@ -73,7 +73,7 @@ def test_train_rl_with_two_agents_end_to_end(capsys, tmp_path, tiny_yaml, ray_se
     assert [r["update"] for r in run["history"]] == list(range(1, 7))
     assert run["validation"][0]["update"] == 0 and run["validation"][-1]["update"] == 6
     assert run["options"]["agents"] == 2 and run["seed"] == 0 and run["config"]["policy"]["window"] == 6
-    assert len(run["train_seeds"]) == 4
+    assert len(run["train_seeds"]) == 4 and run["wall_seconds"] > 0
     ckpt = load_checkpoint(out)
     assert ckpt.extra["kind"] == "a3c" and ckpt.extra["updates"] == 6
     assert out.with_suffix(".best.pt").is_file()
