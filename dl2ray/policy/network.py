@@ -138,11 +138,14 @@ def load_checkpoint(path: str | Path, expect: Encoding | None = None,
         raise CheckpointError(f"{path}: no such policy checkpoint")
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch's own message is a page on weights_only, not about this file
+        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (torch.load cannot read it)") from None
+    try:
         m = doc["meta"]
         meta = CheckpointMeta(int(m["window"]), int(m["num_types"]), float(m["slots_run_scale"]),
                               tuple(m["hidden"]), tuple(m["catalogue"]))
-    except Exception as exc:
-        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint ({exc})") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (meta: {exc!r})") from None
     enc = meta.encoding
     if expect is not None and (enc.state_dim, enc.action_dim) != (expect.state_dim, expect.action_dim):
         raise CheckpointError(

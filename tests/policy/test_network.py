@@ -49,6 +49,9 @@ def test_round_trip_and_mismatch(tmp_path, testbed):
     (tmp_path / "junk.pt").write_bytes(b"junk")
     with pytest.raises(CheckpointError, match="not a dl2ray"):
         load_checkpoint(tmp_path / "junk.pt")
+    torch.save({"weights": {}}, tmp_path / "nometa.pt")
+    with pytest.raises(CheckpointError, match=r"not a dl2ray.*meta"):
+        load_checkpoint(tmp_path / "nometa.pt")
 
 
 def test_dl2_scheduler_runs_and_refuses_wrong_window(tmp_path, testbed):
