@@ -689,7 +689,9 @@ class Coordinator:
     def _check_finished(self, now: float) -> None:
         if self.state == "running" and self.plan is not None:
             ids = self.plan.workers
-            if all(w not in self.members or self.members[w].finished for w in ids):
+            # A plan without workers is a paused job (``Limits.min_workers = 0``): the PS
+            # keep parameters and optimizer state until a scale request adds workers.
+            if ids and all(w not in self.members or self.members[w].finished for w in ids):
                 log.info("all workers finished")
                 self._shutdown()
         elif self.state == "stopping":
@@ -699,6 +701,12 @@ class Coordinator:
                 self._shutdown()
 
     def _shutdown(self) -> None:
+        # a client still waiting on a request or an operation gets its answer, not a timeout
+        for pending in (self.request, self.op):
+            if pending is not None and pending.client is not None:
+                stop = pending.stop if isinstance(pending, Request) else pending.plan.stop
+                self._reply(pending.client, ok=False, reason="job ended", stop=stop)
+        self.request, self.op = None, None
         self._broadcast(set(self.members), Stop(reason="job finished"))
         self.state = "done"
 

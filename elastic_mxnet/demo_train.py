@@ -6,6 +6,9 @@
 Every worker builds the same model and data from ``--seed``; the job's first
 plan takes the initial values from one of them. ``--out`` makes the worker of
 rank 0 at the end save the final parameters (``np.savez``, by order).
+``--sample-sleep`` adds simulated compute proportional to the worker's share
+of the global batch, so that a tiny model runs long enough to be scaled and
+gains from more workers (live demos and tests).
 ``--gate-dir``/``--gates`` (tests) hold a worker before each listed iteration
 until the file ``gate-<iteration>`` exists in that directory.
 """
@@ -45,6 +48,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--iter-sleep", type=float, default=0.0, help="seconds of extra work per iteration"
     )
+    p.add_argument(
+        "--sample-sleep",
+        type=float,
+        default=0.0,
+        help="seconds of extra work per sample of this worker's share (more workers: faster)",
+    )
     args = p.parse_args(argv)
     if args.iterations < 0 or args.global_batch < 1 or args.samples < 1:
         p.error("--iterations must be >= 0, --global-batch and --samples >= 1")
@@ -78,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 loss = loss_fn(net(data), label)
             loss.backward()
             trainer.step(len(idx))
-            if args.iter_sleep:
-                time.sleep(args.iter_sleep)
+            if args.iter_sleep or args.sample_sleep:
+                time.sleep(args.iter_sleep + args.sample_sleep * len(idx))
             _wait_gate(args.gate_dir, trainer.iteration, gates)
     except JobStopped as exc:
         print(f"worker {trainer.member_id}: job stopped: {exc}", file=sys.stderr)
