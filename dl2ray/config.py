@@ -107,6 +107,11 @@ class WorkloadConfig(_Frozen):
     types: tuple[str, ...] | None = Field(
         default=None, description="subset of the catalogue to draw from; None = all"
     )
+    requested_bundles: int = Field(
+        default=2, ge=1, description="size a job's user asks for, in bundles of 1 worker + 1 PS, "
+        "when its trace names none (the DL2 paper's user-defined threshold; FIFO, SRTF, Tetris "
+        "and static DRF give a job at most this many; docs/schedulers.md)"
+    )
 
 
 class SpeedConfig(_Frozen):

@@ -194,6 +194,8 @@ class Simulator:
             max_workers=jt.max_workers,
             max_ps=jt.max_ps,
             history=j.history,
+            requested_bundles=(j.spec.requested_bundles
+                               or self.cfg.workload.requested_bundles),
         )
 
     def _check_job(self, job_id: int, t: Tasks) -> _Job:

@@ -42,7 +42,10 @@ class JobView:
 
     ``workers``/``ps`` and ``worker_nodes``/``ps_nodes`` are the deployment of
     the previous slot (0 and empty if it did not run). Demands are shape-(3,)
-    read-only arrays in (cpu, gpu, mem) order.
+    read-only arrays in (cpu, gpu, mem) order. ``requested_bundles`` is the
+    size the job's user asked for (bundles of 1 worker + 1 PS: the trace's, or
+    the config's ``workload.requested_bundles``), None when nobody said
+    (:attr:`requested_limit` then falls back to the caps).
     """
 
     job_id: int
@@ -61,6 +64,19 @@ class JobView:
     max_workers: int
     max_ps: int
     history: tuple[Observation, ...] = ()
+    requested_bundles: int | None = None
+
+    @property
+    def bundle_cap(self) -> int:
+        """Most bundles (1 worker + 1 PS) the caps allow: ``min(max_workers, max_ps)``."""
+        return min(self.max_workers, self.max_ps)
+
+    @property
+    def requested_limit(self) -> int:
+        """Bundles the user asked for, within the caps (the caps when nobody asked)."""
+        if self.requested_bundles is None:
+            return self.bundle_cap
+        return max(1, min(self.requested_bundles, self.bundle_cap))
 
     @property
     def remaining_epochs(self) -> float:

@@ -125,6 +125,10 @@ class JobSpec:
     ``arrival_slot`` is the time slot in which the job is submitted (it can be
     served from that slot on). ``true_epochs`` is how long it really trains;
     ``est_epochs`` is what its user declared and what schedulers see.
+    ``requested_bundles`` is the size its user asked for, in bundles of
+    1 worker + 1 PS (the DL2 paper's "user-defined threshold"; an imported
+    job's GPU count), or None when the trace names none — then the config's
+    ``workload.requested_bundles`` applies.
     """
 
     job_id: int
@@ -132,12 +136,15 @@ class JobSpec:
     arrival_slot: int
     true_epochs: float
     est_epochs: float
+    requested_bundles: int | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_slot < 0:
             raise ValueError(f"job {self.job_id}: arrival_slot must be >= 0")
         if not (self.true_epochs > 0 and self.est_epochs > 0):
             raise ValueError(f"job {self.job_id}: epochs must be > 0")
+        if self.requested_bundles is not None and self.requested_bundles < 1:
+            raise ValueError(f"job {self.job_id}: requested_bundles must be >= 1")
 
 
 Trace = tuple[JobSpec, ...]

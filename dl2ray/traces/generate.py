@@ -165,12 +165,18 @@ def build_jobs(
     type_idx: np.ndarray,
     true_epochs: np.ndarray,
     est_epochs: np.ndarray,
+    requested_bundles: np.ndarray | None = None,
 ) -> Trace:
-    """Jobs with ids 0..n-1 in the given (arrival) order; ``names[type_idx[i]]`` is job i's type."""
-    columns = zip(slots, type_idx, true_epochs, est_epochs, strict=True)
+    """Jobs with ids 0..n-1 in the given (arrival) order; ``names[type_idx[i]]`` is job i's type.
+
+    ``requested_bundles`` (shape (n,)) sets each job's requested size; None
+    leaves it unset (the config's ``workload.requested_bundles`` applies).
+    """
+    req = [None] * len(slots) if requested_bundles is None else [int(b) for b in requested_bundles]
+    columns = zip(slots, type_idx, true_epochs, est_epochs, req, strict=True)
     jobs = [
-        JobSpec(i, names[int(t)], int(s), float(tr), float(es))
-        for i, (s, t, tr, es) in enumerate(columns)
+        JobSpec(i, names[int(t)], int(s), float(tr), float(es), r)
+        for i, (s, t, tr, es, r) in enumerate(columns)
     ]
     return sort_trace(jobs)
 

@@ -3,8 +3,11 @@
 Columns (one row per job, in trace order)::
 
     job_id: int64  job_type: string  arrival_slot: int64  true_epochs: float64  est_epochs: float64
+    requested_bundles: int64, null where the trace names no size (schema version 2)
 
-Schema metadata (UTF-8 strings): ``dl2ray_trace_schema_version`` (``"1"``),
+Schema metadata (UTF-8 strings): ``dl2ray_trace_schema_version`` (``"2"``;
+files of version ``"1"``, which have no ``requested_bundles`` column, are still
+read, every job without a requested size),
 ``source`` (where the trace came from: importer and options, or generator,
 config and seed) and ``slot_seconds`` (the slot length, s, that the arrival
 slots were computed with). :func:`read_trace` validates everything and raises
@@ -23,10 +26,11 @@ import pyarrow.parquet as pq
 from dl2ray.traces import TraceError
 from dl2ray.workload import JobCatalogue, JobSpec, Trace, sort_trace
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 VERSION_KEY = "dl2ray_trace_schema_version"
 
-SCHEMA = pa.schema(
+SCHEMA_V1 = pa.schema(
     [
         ("job_id", pa.int64()),
         ("job_type", pa.string()),
@@ -35,6 +39,8 @@ SCHEMA = pa.schema(
         ("est_epochs", pa.float64()),
     ]
 )
+SCHEMA = SCHEMA_V1.append(pa.field("requested_bundles", pa.int64(), nullable=True))
+NULLABLE = frozenset({"requested_bundles"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ def write_trace(path: str | Path, trace: Trace, *, source: str, slot_seconds: fl
         "arrival_slot": [j.arrival_slot for j in trace],
         "true_epochs": [j.true_epochs for j in trace],
         "est_epochs": [j.est_epochs for j in trace],
+        "requested_bundles": [j.requested_bundles for j in trace],
     }
     meta = {VERSION_KEY: str(SCHEMA_VERSION), "source": source, "slot_seconds": repr(slot_seconds)}
     table = pa.table(columns, schema=SCHEMA.with_metadata(meta))
@@ -77,10 +84,9 @@ def _open(path: Path) -> pa.Table:
 def _meta(path: Path, schema: pa.Schema) -> TraceMeta:
     raw = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     version = raw.get(VERSION_KEY)
-    if version != str(SCHEMA_VERSION):
-        raise TraceError(
-            f"{path}: metadata {VERSION_KEY!r} is {version!r}, expected '{SCHEMA_VERSION}'"
-        )
+    if version not in {str(v) for v in READABLE_VERSIONS}:
+        want = " or ".join(repr(str(v)) for v in READABLE_VERSIONS)
+        raise TraceError(f"{path}: metadata {VERSION_KEY!r} is {version!r}, expected {want}")
     try:
         slot_seconds = float(raw["slot_seconds"])
     except (KeyError, ValueError):
@@ -89,7 +95,7 @@ def _meta(path: Path, schema: pa.Schema) -> TraceMeta:
         ) from None
     if not (slot_seconds > 0 and np.isfinite(slot_seconds)):
         raise TraceError(f"{path}: metadata 'slot_seconds' must be > 0, got {slot_seconds}")
-    return TraceMeta(SCHEMA_VERSION, raw.get("source", ""), slot_seconds)
+    return TraceMeta(int(version), raw.get("source", ""), slot_seconds)
 
 
 def read_trace_meta(path: str | Path) -> TraceMeta:
@@ -104,8 +110,8 @@ def read_trace_meta(path: str | Path) -> TraceMeta:
     return _meta(path, schema)
 
 
-def _check_columns(path: Path, table: pa.Table) -> None:
-    for field in SCHEMA:
+def _check_columns(path: Path, table: pa.Table, schema: pa.Schema) -> None:
+    for field in schema:
         if field.name not in table.column_names:
             raise TraceError(f"{path}: field {field.name!r}: column missing")
         got = table.schema.field(field.name).type
@@ -113,10 +119,10 @@ def _check_columns(path: Path, table: pa.Table) -> None:
         if not ok:
             raise TraceError(f"{path}: field {field.name!r}: type {got}, expected {field.type}")
         nulls = table.column(field.name).null_count
-        if nulls:
+        if nulls and field.name not in NULLABLE:
             row = int(np.flatnonzero(table.column(field.name).is_null().to_numpy())[0])
             raise TraceError(f"{path}: row {row}: field {field.name!r}: null value")
-    extra = sorted(set(table.column_names) - set(SCHEMA.names))
+    extra = sorted(set(table.column_names) - set(schema.names))
     if extra:
         raise TraceError(f"{path}: unexpected column(s) {extra}")
 
@@ -138,6 +144,10 @@ def _check_rows(path: Path, cols: dict[str, np.ndarray], catalogue: JobCatalogue
         _first_bad(path, ~(np.isfinite(v) & (v > 0)), field, v, "must be a finite number > 0")
     arrival = cols["arrival_slot"]
     _first_bad(path, arrival < 0, "arrival_slot", arrival, "must be >= 0")
+    if "requested_bundles" in cols:
+        req = cols["requested_bundles"]
+        _first_bad(path, ~np.isnan(req) & (req < 1), "requested_bundles", req,
+                   "must be >= 1 (or null)")
     ids = cols["job_id"]
     _, first_index = np.unique(ids, return_index=True)
     dupes = np.ones(len(ids), dtype=bool)
@@ -149,14 +159,19 @@ def read_trace(path: str | Path, catalogue: JobCatalogue) -> Trace:
     """Read and validate a trace file; the jobs sorted by ``(arrival_slot, job_id)``."""
     path = Path(path)
     table = _open(path)
-    _meta(path, table.schema)
-    _check_columns(path, table)
-    cols = {
-        name: table.column(name).to_numpy(zero_copy_only=False) for name in SCHEMA.names
-    }
+    meta = _meta(path, table.schema)
+    schema = SCHEMA if meta.schema_version >= 2 else SCHEMA_V1
+    _check_columns(path, table, schema)
+    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in schema.names}
+    if "requested_bundles" in cols:  # nullable int64 → float64 with NaN for null
+        cols["requested_bundles"] = (
+            table.column("requested_bundles").cast(pa.float64()).fill_null(np.nan).to_numpy()
+        )
+    else:
+        cols["requested_bundles"] = np.full(len(cols["job_id"]), np.nan)
     _check_rows(path, cols, catalogue)
     jobs = [
-        JobSpec(int(i), str(t), int(a), float(tr), float(es))
-        for i, t, a, tr, es in zip(*(cols[n] for n in SCHEMA.names), strict=True)
+        JobSpec(int(i), str(t), int(a), float(tr), float(es), None if np.isnan(r) else int(r))
+        for i, t, a, tr, es, r in zip(*(cols[n] for n in SCHEMA.names), strict=True)
     ]
     return sort_trace(jobs)

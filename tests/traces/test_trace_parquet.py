@@ -16,8 +16,8 @@ from dl2ray.workload import JobSpec
 TRACE = (
     JobSpec(0, "vgg-16", 0, 4000.0, 3900.5),
     JobSpec(1, "dssm", 0, 12700.0, 12700.0),
-    JobSpec(2, "wlm", 3, 11800.25, 12000.0),
-    JobSpec(3, "vgg-16", 7, 100.0, 110.0),
+    JobSpec(2, "wlm", 3, 11800.25, 12000.0, requested_bundles=4),
+    JobSpec(3, "vgg-16", 7, 100.0, 110.0, requested_bundles=1),
 )
 
 
@@ -25,10 +25,11 @@ def test_round_trip(tmp_path: Path, testbed) -> None:
     path = write_trace(tmp_path / "t.parquet", TRACE, source="unit test", slot_seconds=600.0)
     assert read_trace(path, testbed.catalogue) == TRACE
     meta = read_trace_meta(path)
-    assert (meta.schema_version, meta.source, meta.slot_seconds) == (1, "unit test", 600.0)
+    assert (meta.schema_version, meta.source, meta.slot_seconds) == (2, "unit test", 600.0)
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == SCHEMA
-    assert table.schema.metadata[b"dl2ray_trace_schema_version"] == b"1"
+    assert table.schema.metadata[b"dl2ray_trace_schema_version"] == b"2"
+    assert table.column("requested_bundles").to_pylist() == [None, None, 4, 1]
 
 
 def write_table(path: Path, columns: dict, metadata: dict | None = None) -> Path:
@@ -53,6 +54,23 @@ def test_hand_written_file_reads(tmp_path: Path, testbed) -> None:
     assert [j.job_type for j in trace] == ["vgg-16", "dssm", "wlm"]
 
 
+def test_version_1_files_still_read_without_requested_sizes(tmp_path: Path, testbed) -> None:
+    path = write_table(tmp_path / "v1.parquet", good_columns())  # version "1", no such column
+    assert read_trace_meta(path).schema_version == 1
+    assert [j.requested_bundles for j in read_trace(path, testbed.catalogue)] == [None] * 3
+
+
+def v2(requested: list) -> tuple[dict, dict]:
+    return ({"requested_bundles": pa.array(requested, pa.int64())},
+            {"dl2ray_trace_schema_version": "2"})
+
+
+def test_version_2_file_with_nulls_reads(tmp_path: Path, testbed) -> None:
+    change, meta = v2([2, None, 5])
+    path = write_table(tmp_path / "v2.parquet", {**good_columns(), **change}, meta)
+    assert [j.requested_bundles for j in read_trace(path, testbed.catalogue)] == [2, None, 5]
+
+
 BAD = [
     ({"job_type": pa.array(["vgg-16", "gpt-5", "wlm"])}, None, r"row 1: field 'job_type'"),
     ({"true_epochs": pa.array([1.0, 0.0, 3.0])}, None, r"row 1: field 'true_epochs'"),
@@ -62,7 +80,10 @@ BAD = [
     ({"job_id": pa.array([0, None, 2], pa.int64())}, None, r"row 1: field 'job_id': null"),
     ({"arrival_slot": pa.array([0.0, 1.0, 2.0])}, None, r"field 'arrival_slot': type double"),
     ({"extra": pa.array([1, 2, 3])}, None, r"unexpected column"),
-    ({}, {"dl2ray_trace_schema_version": "2"}, r"'dl2ray_trace_schema_version' is '2'"),
+    ({}, {"dl2ray_trace_schema_version": "3"}, r"'dl2ray_trace_schema_version' is '3'"),
+    ({}, {"dl2ray_trace_schema_version": "2"}, r"field 'requested_bundles': column missing"),
+    (*v2([1, 0, 2]), r"row 1: field 'requested_bundles'.*>= 1"),
+    ({"requested_bundles": pa.array([1, 2, 3])}, None, r"unexpected column"),  # not in version 1
     ({}, {"slot_seconds": "soon"}, r"'slot_seconds'"),
 ]
 
@@ -82,7 +103,7 @@ def test_missing_column_and_missing_version(tmp_path: Path, testbed) -> None:
         read_trace(write_table(tmp_path / "a.parquet", cols), testbed.catalogue)
     path = tmp_path / "b.parquet"
     pq.write_table(pa.table(good_columns()), path)
-    with pytest.raises(TraceError, match="is None, expected '1'"):
+    with pytest.raises(TraceError, match="is None, expected '1' or '2'"):
         read_trace(path, testbed.catalogue)
 
 
