@@ -59,6 +59,11 @@ def import_cmd(
         float | None, typer.Option(help="slot length, s (default: the config's)")
     ] = None,
     epoch_error: Annotated[float, typer.Option(help="estimate = true × (1 + U(-e, e))")] = 0.0,
+    target_load: Annotated[
+        float | None,
+        typer.Option(help="compress (or stretch) arrivals so the offered load on the config's "
+                     "cluster is this (durations untouched; docs/traces.md)"),
+    ] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Map a real cluster trace to DL jobs (rule: docs/traces.md) and write it as Parquet."""
@@ -75,11 +80,14 @@ def import_cmd(
         seed=seed,
         epoch_error=epoch_error,
         types=cfg.workload.types,
+        target_load=target_load,
+        cluster_total=tuple(float(x) for x in cfg.cluster.capacity.sum(axis=0)),
     )
     trace = import_trace(fmt, file, measured_speed(cfg), options)
     given = {
         "cluster": cluster, "max_jobs": max_jobs, "time_scale": time_scale,
-        "seed": seed, "epoch_error": epoch_error,
+        "seed": seed, "epoch_error": epoch_error, "target_load": target_load,
+        "load_cluster": cfg.name if target_load is not None else None,
     }  # fmt: skip
     write_trace(out, trace, source=_source(fmt, file, given), slot_seconds=slot)
     typer.echo(f"wrote {len(trace)} jobs to {out}")

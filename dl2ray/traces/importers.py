@@ -6,7 +6,12 @@ one documented, seeded rule:
 
 1. Records are sorted by submit time (ties: file order); ``max_jobs`` keeps
    the first N. Job ids are 0..N-1 in that order.
-2. ``arrival_slot = floor((submit_s - first_submit_s) × time_scale / slot_seconds)``.
+2. ``arrival_slot = floor((submit_s - first_submit_s) × time_scale × a / slot_seconds)``
+   with ``a = 1``, or with ``target_load`` set ``a = L₁ / target_load``, where
+   ``L₁`` is the offered load (:func:`offered_load`) of the records at
+   ``a = 1``: arrivals are compressed (a < 1) or stretched (a > 1) until the
+   offered load on ``cluster_total`` is ``target_load``; durations are
+   untouched.
 3. The job type is drawn uniformly from ``types`` (default: the catalogue)
    with the first child of ``SeedSequence(seed)``.
 4. ``true_epochs = nominal_bps(type, g', g') × duration_s × time_scale /
@@ -14,6 +19,8 @@ one documented, seeded rule:
    with g' PS and g' workers (one PS per worker) at the measured speed the
    job would run for the record's (scaled) duration.
 5. ``est_epochs = true × (1 + U(-e, e))`` with the second child stream.
+6. ``requested_bundles = g'``: the user asked for one worker (and one PS) per
+   GPU of the record, within the type's caps.
 
 Formats (CSV with a header; see ``docs/traces.md``):
 
@@ -65,6 +72,9 @@ class ImportOptions:
     filtering (None = all). ``cluster``: virtual cluster to keep (None = all).
     ``seed``: seeds job types and estimate errors. ``epoch_error``: e in
     [0, 1). ``types``: job-type names to draw from (None = whole catalogue).
+    ``target_load``: offered load to compress arrivals to (None = keep the
+    trace's gaps), on a cluster of total capacity ``cluster_total`` (cpu, gpu,
+    mem), which it needs.
     """
 
     slot_seconds: float = 1200.0
@@ -74,6 +84,8 @@ class ImportOptions:
     seed: int = 0
     epoch_error: float = 0.0
     types: tuple[str, ...] | None = None
+    target_load: float | None = None
+    cluster_total: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -83,6 +95,8 @@ class ImportOptions:
             ("seed", self.seed >= 0, ">= 0"),
             ("epoch-error", 0.0 <= self.epoch_error < 1.0, "in [0, 1)"),
             ("types", self.types is None or len(self.types) > 0, "non-empty"),
+            ("target-load", self.target_load is None
+             or (self.target_load > 0 and math.isfinite(self.target_load)), "> 0"),
         ]
         for name, ok, want in checks:
             if not ok:
@@ -174,6 +188,29 @@ def record_epochs(speed: SpeedModel, type_index: int, job: RawJob, time_scale: f
     return bps * job.duration_s * time_scale / jt.batches_per_epoch
 
 
+def bundle_share(jt: JobType, bundles: int, total: np.ndarray) -> float:
+    """Dominant share of ``bundles`` × (1 worker + 1 PS) of ``jt`` in a cluster of ``total`` (cpu, gpu, mem).
+    """
+    used = bundles * (jt.worker.as_array() + jt.ps.as_array())
+    mask = np.asarray(total) > 0
+    return float(np.max(used[mask] / np.asarray(total)[mask]))
+
+
+def offered_load(shares: np.ndarray, durations_s: np.ndarray, span_s: float) -> float:
+    """``Σ_j share_j × duration_j / span``: the mean fraction of the cluster the jobs ask for.
+
+    ``shares`` (shape (n,)): each job's dominant share at its requested size
+    (:func:`bundle_share`); ``durations_s`` (n,): its run time at that size, s;
+    ``span_s``: first to last submission, s. On nodes of 8 cores and 2 GPUs a
+    bundle's dominant share is its GPU share, so for GPU jobs this is GPU-time
+    asked for / (cluster GPUs × span); CPU-only jobs count by their CPU share.
+    """
+    if not span_s > 0:
+        raise TraceError("--target-load: every kept job was submitted at the same time; "
+                         "there is no arrival span to compress")
+    return float(np.sum(shares * durations_s) / span_s)
+
+
 def to_trace(records: list[RawJob], speed: SpeedModel, options: ImportOptions) -> Trace:
     """Map kept records to jobs (rule in the module docstring); TraceError if none are left."""
     if not records:
@@ -190,13 +227,34 @@ def to_trace(records: list[RawJob], speed: SpeedModel, options: ImportOptions) -
     type_idx = rng_type.integers(0, len(names), size=len(kept))
     first = kept[0].submit_s
     scale = options.time_scale
-    slots = np.array([math.floor((r.submit_s - first) * scale / options.slot_seconds) for r in kept])
     cat_idx = [catalogue.index(names[int(t)]) for t in type_idx]
+    bundles = np.array([
+        one_ps_per_worker_gpus(catalogue.types[c], r.gpus) for c, r in zip(cat_idx, kept, strict=True)
+    ])
+    arrival_scale = scale * _load_factor(kept, cat_idx, bundles, catalogue, options)
+    slots = np.array(
+        [math.floor((r.submit_s - first) * arrival_scale / options.slot_seconds) for r in kept]
+    )
     true_epochs = np.array(
         [record_epochs(speed, c, r, scale) for c, r in zip(cat_idx, kept, strict=True)]
     )
     est_epochs = estimate_epochs(true_epochs, options.epoch_error, rng_error)
-    return build_jobs(names, slots, type_idx, true_epochs, est_epochs)
+    return build_jobs(names, slots, type_idx, true_epochs, est_epochs, bundles)
+
+
+def _load_factor(kept: list[RawJob], cat_idx: list[int], bundles: np.ndarray, catalogue,
+                 options: ImportOptions) -> float:
+    """``a`` of rule 2: 1 without a target load, else ``L₁ / target_load``."""
+    if options.target_load is None:
+        return 1.0
+    if options.cluster_total is None:
+        raise TraceError("--target-load needs the cluster it loads (--config)")
+    total = np.asarray(options.cluster_total, dtype=np.float64)
+    shares = np.array([bundle_share(catalogue.types[c], int(b), total)
+                       for c, b in zip(cat_idx, bundles, strict=True)])
+    durations = np.array([r.duration_s for r in kept]) * options.time_scale
+    span = (kept[-1].submit_s - kept[0].submit_s) * options.time_scale
+    return offered_load(shares, durations, span) / options.target_load
 
 
 def import_trace(fmt: str, path: str | Path, speed: SpeedModel, options: ImportOptions) -> Trace:

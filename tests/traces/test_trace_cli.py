@@ -65,6 +65,8 @@ def test_generate_is_seeded(tmp_path, capsys, testbed) -> None:
         (["trace", "import", "--format", "philly", "f.csv", "--out", "x.parquet",
           "--epoch-error", "1.5"], "--epoch-error"),
         (["trace", "describe", "missing.parquet"], "missing.parquet: no such trace file"),
+        (["trace", "import", "--format", "philly", "f.csv", "--out", "x.parquet",
+          "--target-load", "0"], "--target-load: 0.0 must be > 0"),
         (["trace", "generate", "--config", "missing.yaml", "--out", "x.parquet"],
          "missing.yaml: cannot read config"),
     ],
@@ -98,3 +100,19 @@ def test_console_entry_point_subprocess(samples, tmp_path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --cluster")
     assert "Traceback" not in proc.stderr
+
+
+def test_import_with_target_load_keeps_gpu_counts(samples, tmp_path, capsys, testbed) -> None:
+    out = tmp_path / "p.parquet"
+    argv = ["trace", "import", "--format", "philly", str(samples / "philly_small.csv"),
+            "--out", str(out), "--target-load", "0.8", "--config", str(REPO / "configs" / "testbed.yaml")]
+    code, stdout, _ = run(argv, capsys)
+    assert code == 0, stdout
+    trace = read_trace(out, testbed.catalogue)
+    assert [j.requested_bundles for j in trace][:5] == [4, 1, 1, 1, 2]
+    assert "target_load=0.8 load_cluster=testbed" in read_trace_meta(out).source
+    # the sample's own load on the 26-GPU testbed is far below 0.8: arrivals come closer together
+    plain = tmp_path / "q.parquet"
+    run(["trace", "import", "--format", "philly", str(samples / "philly_small.csv"), "--out", str(plain)],
+        capsys)
+    assert trace[-1].arrival_slot < read_trace(plain, testbed.catalogue)[-1].arrival_slot

@@ -194,3 +194,80 @@ def test_byte_order_mark_is_tolerated(samples, tmp_path, speed_model) -> None:
     path = tmp_path / "bom.csv"
     path.write_bytes(b"\xef\xbb\xbf" + (samples / SAMPLE["helios"]).read_bytes())
     assert len(import_trace("helios", path, speed_model, ImportOptions())) == 3
+
+
+# -- requested sizes and the offered load -------------------------------------------------
+
+TESTBED_TOTAL = (104.0, 26.0, 624.0)  # 13 nodes × (8 cores, 2 GPUs, 48 GB)
+
+
+def test_requested_size_is_the_gpu_count_within_the_caps(samples, speed_model) -> None:
+    trace = import_trace("philly", samples / SAMPLE["philly"], speed_model, ImportOptions())
+    for job, (_, _, gpus) in zip(trace, EXPECTED["philly"], strict=True):
+        jt = speed_model.catalogue.get(job.job_type)
+        assert job.requested_bundles == min(gpus, jt.max_workers, jt.max_ps)
+    assert [j.requested_bundles for j in trace][:5] == [4, 1, 1, 1, 2]
+
+
+def _raw(*jobs):
+    from dl2ray.traces.importers import RawJob
+
+    return [RawJob(submit, duration, gpus, line) for line, (submit, duration, gpus) in
+            enumerate(jobs, start=2)]
+
+
+def test_target_load_compresses_arrivals_by_hand(speed_model) -> None:
+    """Two 1-GPU jobs of 31,200 s submitted 12,000 s apart on 26 GPUs (a bundle's dominant share
+    is 1/26 for every type): offered load (2 × 31200 / 26) / 12000 = 0.2. Target 0.4 halves the
+    gap (slot 10 → 5); durations stay."""
+    from dl2ray.traces.importers import to_trace
+
+    records = _raw((0.0, 31200.0, 1), (12000.0, 31200.0, 1))
+    plain = to_trace(records, speed_model, ImportOptions(seed=1))
+    loaded = to_trace(records, speed_model, ImportOptions(
+        seed=1, target_load=0.4, cluster_total=TESTBED_TOTAL))
+    assert [j.arrival_slot for j in plain] == [0, 10]
+    assert [j.arrival_slot for j in loaded] == [0, 5]
+    assert [j.true_epochs for j in loaded] == [j.true_epochs for j in plain]
+    stretched = to_trace(records, speed_model, ImportOptions(
+        seed=1, target_load=0.1, cluster_total=TESTBED_TOTAL))
+    assert [j.arrival_slot for j in stretched] == [0, 20]
+
+
+def test_offered_load_weighs_jobs_by_their_dominant_share(testbed) -> None:
+    from dl2ray.traces.importers import bundle_share, offered_load
+
+    total = np.array(TESTBED_TOTAL)
+    resnet, dssm = testbed.catalogue.get("resnet-50"), testbed.catalogue.get("dssm")
+    assert bundle_share(resnet, 2, total) == pytest.approx(2 / 26)  # GPUs: 2 of 26
+    assert bundle_share(dssm, 2, total) == pytest.approx(8 / 104)  # CPU-only: 8 of 104 cores
+    assert offered_load(np.array([0.5, 0.25]), np.array([100.0, 400.0]), 300.0) == pytest.approx(0.5)
+
+
+def test_higher_target_load_means_earlier_arrivals(samples, speed_model) -> None:
+    def last(load):
+        opts = ImportOptions(target_load=load, cluster_total=TESTBED_TOTAL)
+        return import_trace("philly", samples / SAMPLE["philly"], speed_model, opts)[-1].arrival_slot
+
+    assert last(0.2) > last(0.8) > last(3.0)
+
+
+@pytest.mark.parametrize(
+    ("records", "options", "message"),
+    [
+        (((0.0, 60.0, 1), (10.0, 60.0, 1)), {"target_load": 0.5}, "needs the cluster"),
+        (((5.0, 60.0, 1), (5.0, 60.0, 2)), {"target_load": 0.5, "cluster_total": TESTBED_TOTAL},
+         "same time"),
+    ],
+)
+def test_target_load_errors(speed_model, records, options, message) -> None:
+    from dl2ray.traces.importers import to_trace
+
+    with pytest.raises(TraceError, match=message):
+        to_trace(_raw(*records), speed_model, ImportOptions(**options))
+
+
+@pytest.mark.parametrize("load", [0.0, -1.0, float("inf")])
+def test_target_load_must_be_positive(load) -> None:
+    with pytest.raises(TraceError, match="--target-load"):
+        ImportOptions(target_load=load)
