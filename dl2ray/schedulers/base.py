@@ -62,14 +62,21 @@ def _load_builtin() -> None:
     builtin.register_builtin()
 
 
-def fill_bundles(placer, job: JobView) -> int:
-    """Give ``job`` bundles (1 worker + 1 PS) until a cap is reached or none fits.
+def bundle_limit(job: JobView, requested: bool) -> int:
+    """Most bundles a size-respecting scheduler gives ``job``: its requested size within the caps
+    (``requested``), or the caps alone (the published code's fill-to-cap)."""
+    return job.requested_limit if requested else job.bundle_cap
+
+
+def fill_bundles(placer, job: JobView, limit: int | None = None) -> int:
+    """Give ``job`` bundles (1 worker + 1 PS) until it holds ``limit`` (default: its caps) or none fits.
 
     ``placer`` is a :class:`dl2ray.cluster.Placer`; returns the bundles added.
     """
     added = 0
     w, p = placer.tasks(job.job_id)
-    while w < job.max_workers and p < job.max_ps:
+    top = job.bundle_cap if limit is None else min(limit, job.bundle_cap)
+    while w < top and p < top:
         if not placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
             break
         w, p, added = w + 1, p + 1, added + 1

@@ -11,20 +11,22 @@ def register_builtin() -> None:
 
         return lambda arg, cfg: DRF()
 
-    def fifo():
-        from dl2ray.schedulers.fifo import FIFO
+    def drf_static():
+        from dl2ray.schedulers.drf_static import StaticDRF
 
-        return lambda arg, cfg: FIFO()
+        return lambda arg, cfg: StaticDRF()
 
-    def srtf():
-        from dl2ray.schedulers.srtf import SRTF
+    def oracle():
+        from dl2ray.schedulers.oracle import Oracle
 
-        return lambda arg, cfg: SRTF()
+        return lambda arg, cfg: Oracle.from_config(cfg)
 
-    def tetris():
-        from dl2ray.schedulers.tetris import Tetris
-
-        return lambda arg, cfg: Tetris()
+    register("drf-static", drf_static)
+    register("oracle", oracle)
+    # fifo/srtf/tetris give a job at most its requested size; *-published fill it to its caps.
+    for name in _SIZED:
+        register(name, _sized(name, requested=True))
+        register(f"{name}-published", _sized(name, requested=False))
 
     def optimus():
         from dl2ray.schedulers.optimus import DEFAULT_GAP, Optimus
@@ -34,9 +36,6 @@ def register_builtin() -> None:
         )
 
     register("drf", drf)
-    register("fifo", fifo)
-    register("srtf", srtf)
-    register("tetris", tetris)
     register("optimus", optimus)
 
     def dl2():
@@ -45,3 +44,17 @@ def register_builtin() -> None:
         return lambda arg, cfg: DL2Scheduler(arg, cfg)
 
     register("dl2", dl2)
+
+
+_SIZED = {"fifo": "FIFO", "srtf": "SRTF", "tetris": "Tetris"}
+"""Module → class of the heuristics that come in a requested-size and a fill-to-caps variant."""
+
+
+def _sized(module: str, requested: bool):
+    """Loader of FIFO, SRTF or Tetris honouring requested sizes (or, for ``*-published``, not)."""
+    def load():
+        from importlib import import_module
+
+        cls = getattr(import_module(f"dl2ray.schedulers.{module}"), _SIZED[module])
+        return lambda arg, cfg: cls(requested)
+    return load

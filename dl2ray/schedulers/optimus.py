@@ -121,14 +121,7 @@ class Optimus:
         self.fit_convergence(view)
         coef = self.coefficients(view)
         placer = view.placer()
-        total = view.total_capacity
-        mask = total > 0
-        dom = [
-            (float(np.max(wd[mask] / total[mask])), float(np.max(pd[mask] / total[mask])))
-            for wd, pd in zip(view.catalogue.worker_demand, view.catalogue.ps_demand,
-                              strict=True)
-        ]
-        greedy = _Greedy(view, coef, dom)
+        greedy = Greedy(view, lambda t, p, w: step_time(coef[t], p, w) / w)
         for i in sorted(range(len(view.jobs)), key=lambda i: _arrival(view.jobs[i])):
             job = view.jobs[i]
             if placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
@@ -141,13 +134,28 @@ def _arrival(job: JobView) -> tuple[int, int]:
     return job.arrival_slot, job.job_id
 
 
-class _Greedy:
-    """Step 4 of the module docstring, in plain floats (no numpy in the loop)."""
+def task_shares(view: ClusterView) -> list[tuple[float, float]]:
+    """Per catalogue type: dominant share of one worker and of one PS in the cluster's capacity."""
+    total = view.total_capacity
+    mask = total > 0
+    return [
+        (float(np.max(wd[mask] / total[mask])), float(np.max(pd[mask] / total[mask])))
+        for wd, pd in zip(view.catalogue.worker_demand, view.catalogue.ps_demand, strict=True)
+    ]
 
-    def __init__(self, view: ClusterView, coef: list, dom: list[tuple[float, float]]) -> None:
+
+class Greedy:
+    """Step 4 of the module docstring, in plain floats (no numpy in the loop).
+
+    ``seconds_per_epoch(type_index, ps, workers)`` is the speed model the
+    gains are computed with: Optimus's fitted one, or the simulator's true
+    surfaces for the ``oracle`` reference.
+    """
+
+    def __init__(self, view: ClusterView, seconds_per_epoch) -> None:
         self.view = view
-        self.coef = coef
-        self.dom = dom
+        self.cost = seconds_per_epoch
+        self.dom = task_shares(view)
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.tasks: dict[int, list[int]] = {}  # job index -> [workers, ps]
         self.remaining: dict[int, float] = {}
@@ -162,15 +170,15 @@ class _Greedy:
     def _push(self, i: int) -> None:
         job = self.view.jobs[i]
         w, p = self.tasks[i]
-        coef = self.coef[job.type_index]
-        now = step_time(coef, p, w) / w
-        dom_w, dom_p = self.dom[job.type_index]
+        t = job.type_index
+        now = self.cost(t, p, w)
+        dom_w, dom_p = self.dom[t]
         best, role = 0.0, -1
         if 0 not in self.blocked[i] and w < job.max_workers:
-            gain = (now - step_time(coef, p, w + 1) / (w + 1)) / max(dom_w, 1e-12)
+            gain = (now - self.cost(t, p, w + 1)) / max(dom_w, 1e-12)
             best, role = (gain, 0) if gain > best else (best, role)
         if 1 not in self.blocked[i] and p < job.max_ps:
-            gain = (now - step_time(coef, p + 1, w) / w) / max(dom_p, 1e-12)
+            gain = (now - self.cost(t, p + 1, w)) / max(dom_p, 1e-12)
             best, role = (gain, 1) if gain > best else (best, role)
         if role >= 0:
             gain = best * self.remaining[i]

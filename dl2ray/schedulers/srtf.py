@@ -2,7 +2,8 @@
 
 Jobs ordered by estimated remaining time (see
 :class:`~dl2ray.schedulers.observed.RemainingTime`; ties: arrival, job id);
-in that order each gets bundles (1 worker + 1 PS) up to its caps; a job
+in that order each gets bundles (1 worker + 1 PS) up to its requested size
+(``JobView.requested_limit``; ``srtf-published``: up to its caps); a job
 whose bundle no longer fits is skipped and later ones may still fit.
 
 The published code ordered by remaining *fraction of epochs* (a job at 10 %
@@ -13,15 +14,15 @@ from observed speeds, as SRTF is defined.
 
 from __future__ import annotations
 
-from dl2ray.schedulers.base import fill_bundles
+from dl2ray.schedulers.base import bundle_limit, fill_bundles
 from dl2ray.schedulers.observed import RemainingTime
 from dl2ray.view import Allocation, ClusterView
 
 
 class SRTF:
-    name = "srtf"
-
-    def __init__(self) -> None:
+    def __init__(self, requested: bool = True) -> None:
+        self.requested = requested
+        self.name = "srtf" if requested else "srtf-published"
         self._remaining = RemainingTime()
 
     def reset(self, seed: int) -> None:
@@ -36,5 +37,6 @@ class SRTF:
         )
         placer = view.placer()
         for i in order:
-            fill_bundles(placer, view.jobs[i])
+            job = view.jobs[i]
+            fill_bundles(placer, job, bundle_limit(job, self.requested))
         return placer.allocation()

@@ -15,7 +15,9 @@ One bundle (1 worker + 1 PS) at a time goes to the job with the highest
 - ``ε = ā / p̄``, the means over the jobs at the start of the decision, so
   both terms weigh alike (the paper's ``m = 1``).
 
-until every job is at a cap or no bundle fits. Jobs with the same bundle
+until every job holds its requested size (``JobView.requested_limit``, the
+DL2 paper's "user-defined threshold"; ``tetris-published``: its caps) or no
+bundle fits. Jobs with the same bundle
 demand share their alignment, so only the most preferred job of each demand
 group can win a step: a step costs O(G) peeks for G demand groups (3 for the
 testbed catalogue), not a scan of jobs or nodes.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 
+from dl2ray.schedulers.base import bundle_limit
 from dl2ray.schedulers.observed import RemainingTime
 from dl2ray.view import Allocation, ClusterView, JobView
 
@@ -32,9 +35,9 @@ Key = tuple[tuple[float, ...], tuple[float, ...]]
 
 
 class Tetris:
-    name = "tetris"
-
-    def __init__(self) -> None:
+    def __init__(self, requested: bool = True) -> None:
+        self.requested = requested
+        self.name = "tetris" if requested else "tetris-published"
         self._remaining = RemainingTime()
 
     def reset(self, seed: int) -> None:
@@ -69,7 +72,7 @@ class Tetris:
                 del groups[best]  # every job of the group has this bundle demand
                 continue
             w, p = placer.tasks(job.job_id)
-            if w >= job.max_workers or p >= job.max_ps:
+            if min(w, p) >= bundle_limit(job, self.requested):
                 heapq.heappop(heap)
                 if not heap:
                     del groups[best]

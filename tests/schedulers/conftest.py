@@ -10,18 +10,20 @@ from dl2ray.view import ClusterView, JobView, Observation
 
 @pytest.fixture
 def make_job(testbed):
-    """``make_job(job_id, type_name, arrival=0, est=100, done=0, history=())`` -> JobView."""
+    """``make_job(job_id, type_name, arrival=0, est=100, done=0, history=(), requested=None,
+    workers=0, ps=0)`` -> JobView (``workers``/``ps``: the previous slot's deployment)."""
     cat = testbed.catalogue
 
-    def make(job_id, type_name, arrival=0, est=100.0, done=0.0, history=()):
+    def make(job_id, type_name, arrival=0, est=100.0, done=0.0, history=(), requested=None,
+             workers=0, ps=0):
         t = cat.index(type_name)
         jt = cat.types[t]
         return JobView(
             job_id=job_id, job_type=type_name, type_index=t, arrival_slot=arrival,
-            slots_run=len(history), est_epochs=est, done_epochs=done, workers=0, ps=0,
-            worker_nodes=(), ps_nodes=(), worker_demand=cat.worker_demand[t],
+            slots_run=len(history), est_epochs=est, done_epochs=done, workers=workers, ps=ps,
+            worker_nodes=(0,) * workers, ps_nodes=(0,) * ps, worker_demand=cat.worker_demand[t],
             ps_demand=cat.ps_demand[t], max_workers=jt.max_workers, max_ps=jt.max_ps,
-            history=tuple(history),
+            history=tuple(history), requested_bundles=requested,
         )
 
     return make
