@@ -5,6 +5,12 @@ process pool (one process per core) when there is more than one. Trace
 ``i`` of a comparison is generated with seed ``seed + i`` (or is the fixed
 ``--trace`` file, with ``seed + i`` driving only the simulator's noise), so
 every scheduler sees the same traces.
+
+References (``references=True``) add the per-trace lower bound
+(:mod:`dl2ray.references`) as a row named :data:`LOWER_BOUND`; rows of
+references (the lower bound, and schedulers with ``reference = True`` such as
+``oracle``) carry ``"reference": true``: they read the simulator's truth and
+cannot be deployed.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dl2ray.config import ExperimentConfig
 from dl2ray.metrics import aggregate, summarize_run
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import RunResult, Simulator, run_episode
 from dl2ray.speed import SpeedModel, load_surfaces
 from dl2ray.workload import Trace
+
+LOWER_BOUND = "lower-bound"
+"""Row name of the per-trace lower bound (every job alone at its best configuration)."""
 
 _SPEED_MODELS: dict[tuple[str, str, str, bool], SpeedModel] = {}
 
@@ -82,18 +93,34 @@ class Comparison:
     seeds: list[int]
     slot_seconds: float
     runs: dict[str, list[RunOutcome]] = field(default_factory=dict)
+    references: set[str] = field(default_factory=set)
+    lower_bound: list[dict[str, float]] | None = None
+    """Per seed: :func:`lower_bound_metrics` of that trace (None: not computed)."""
 
-    def summary(self) -> list[dict[str, float | str]]:
+    def summary(self) -> list[dict[str, float | str | bool]]:
+        """One row per scheduler (and the lower bound, last): mean ± 95% CI of every metric.
+
+        ``avg_jct_vs_drf`` is the ratio of *censored* average JCTs, i.e. over
+        the same job set (every job of the traces), which equals the ratio of
+        ``avg_jct`` when every job finished; ``p95_jct_vs_drf`` and
+        ``makespan_vs_drf`` are over finished jobs.
+        """
         rows: list[dict] = []
         for name, runs in self.runs.items():
-            row: dict = {"scheduler": name, **aggregate([r.metrics for r in runs])}
+            row: dict = {"scheduler": name, "reference": name in self.references,
+                         **aggregate([r.metrics for r in runs])}
             rows.append(row)
+        if self.lower_bound is not None:
+            rows.append({"scheduler": LOWER_BOUND, "reference": True,
+                         **aggregate(self.lower_bound)})
         base = self.runs.get("drf")
         if base:
             drf = aggregate([r.metrics for r in base])
+            pairs = (("avg_jct", "censored_avg_jct"), ("p95_jct", "p95_jct"),
+                     ("makespan", "makespan"))
             for row in rows:
-                for key in ("avg_jct", "p95_jct", "makespan"):
-                    row[f"{key}_vs_drf"] = row[key] / drf[key] if drf[key] else float("nan")
+                for name, key in pairs:
+                    row[f"{name}_vs_drf"] = row[key] / drf[key] if drf[key] else float("nan")
         return rows
 
 
@@ -104,11 +131,17 @@ def compare(
     trace: Trace | None = None,
     processes: int | None = None,
     on_done: Callable[[RunOutcome], None] | None = None,
+    references: bool = False,
 ) -> Comparison:
-    """Run every scheduler on every seed's trace; results keep the scheduler order."""
+    """Run every scheduler on every seed's trace; results keep the scheduler order.
+
+    ``references``: also compute the per-trace lower bound (a row after the schedulers).
+    """
     specs = [RunSpec(s, seed) for s in schedulers for seed in seeds]
+    reference_names = set()
     for s in schedulers:  # fail fast on a bad name, before any process starts
-        make_scheduler(s, cfg)
+        if getattr(make_scheduler(s, cfg), "reference", False):
+            reference_names.add(s)
     procs = processes or min(len(specs), os.cpu_count() or 1)
     outcomes: dict[RunSpec, RunOutcome] = {}
     if procs <= 1:
@@ -125,7 +158,40 @@ def compare(
                 outcomes[spec] = fut.result()
                 if on_done:
                     on_done(outcomes[spec])
-    comp = Comparison(cfg.name, list(seeds), cfg.sim.slot_seconds)
+    comp = Comparison(cfg.name, list(seeds), cfg.sim.slot_seconds, references=reference_names)
     for s in schedulers:
         comp.runs[s] = [outcomes[RunSpec(s, seed)] for seed in seeds]
+    if references:
+        comp.lower_bound = [lower_bound_metrics(cfg, seed, trace) for seed in seeds]
     return comp
+
+
+def lower_bound_metrics(cfg: ExperimentConfig, seed: int, trace: Trace | None = None) -> dict[str, float]:
+    """The lower bound of one trace (the fixed one, or the config's trace of ``seed``) as run metrics.
+
+    JCT metrics are of the per-job bounds; ``makespan`` is the latest
+    ``arrival + LB_j``; ``queueing_delay`` is 0; the utilisations, which a
+    bound does not have, are NaN. ``censored_avg_jct`` bounds the schedulers'
+    censored averages: each ``LB_j`` is cut at ``sim.max_slots − arrival_j``
+    (where a run stops at the latest), and ``unfinished`` counts the jobs whose
+    bound lies beyond it — jobs no scheduler can finish within the horizon.
+    """
+    from dl2ray.references import lower_bound_jcts
+    from dl2ray.traces.generate import generate_trace
+
+    if trace is None:
+        trace = generate_trace(cfg, seed)
+    bound = lower_bound_jcts(trace, _speed_model(cfg), cfg.cluster.capacity, cfg.sim.slot_seconds)
+    jct = np.array([bound[j.job_id] for j in trace])
+    horizon = np.array([cfg.sim.max_slots - j.arrival_slot for j in trace], dtype=np.float64)
+    late = int(np.sum(jct > horizon))
+    hours = cfg.sim.slot_seconds / 3600.0
+    nan = float("nan")
+    return {
+        "avg_jct": float(jct.mean()), "median_jct": float(np.median(jct)),
+        "p95_jct": float(np.percentile(jct, 95)), "avg_jct_hours": float(jct.mean() * hours),
+        "makespan": float(max(j.arrival_slot + bound[j.job_id] for j in trace)),
+        "gpu_util": nan, "cpu_util": nan, "queueing_delay": 0.0,
+        "jobs": float(len(trace)), "completed": float(len(trace) - late), "unfinished": float(late),
+        "censored_avg_jct": float(np.minimum(jct, np.maximum(horizon, 0.0)).mean()),
+    }

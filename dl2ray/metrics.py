@@ -12,7 +12,7 @@ from dl2ray.sim import RunResult
 
 RUN_METRICS = (
     "avg_jct", "median_jct", "p95_jct", "avg_jct_hours", "makespan", "gpu_util", "cpu_util",
-    "queueing_delay", "jobs", "completed",
+    "queueing_delay", "jobs", "completed", "unfinished", "censored_avg_jct",
 )
 
 
@@ -36,7 +36,13 @@ def summarize_run(r: RunResult) -> dict[str, float]:
 
     ``makespan`` is the completion time of the last job (slots from 0);
     ``queueing_delay`` the mean number of slots from arrival to first run;
-    utilisations are means over the slots of the run.
+    utilisations are means over the slots of the run. ``avg_jct``,
+    ``median_jct`` and ``p95_jct`` are over the completed jobs (NaN if none);
+    ``unfinished`` counts the jobs of the trace that did not complete (the run
+    stopped at ``sim.max_slots``) and ``censored_avg_jct`` averages over all of
+    them, unfinished ones counted until the run stopped
+    (:func:`censored_avg_jct`): the one average comparable across schedulers
+    that finish different subsets.
     """
     jct = np.array(list(r.jct.values()), dtype=np.float64)
     hours = r.slot_seconds / 3600.0
@@ -53,6 +59,8 @@ def summarize_run(r: RunResult) -> dict[str, float]:
         "queueing_delay": float(np.mean(delays)) if delays else nan,
         "jobs": float(len(r.arrival)),
         "completed": float(len(r.end_time)),
+        "unfinished": float(len(r.arrival) - len(r.end_time)),
+        "censored_avg_jct": censored_avg_jct(r),
     }
 
 

@@ -3,43 +3,94 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from dl2ray.experiments import Comparison
+from dl2ray.experiments import LOWER_BOUND, Comparison
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by None, recursively (dicts, lists)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def dumps(doc, indent: int | None = None) -> str:
+    """Strict JSON of ``doc``: non-finite numbers become ``null`` (never the invalid ``NaN``)."""
+    return json.dumps(json_safe(doc), indent=indent, allow_nan=False)
 
 
 def emit(doc: dict, json_out: bool) -> None:
     """A result document: one JSON object on stdout, or ``key: value`` lines."""
     if json_out:
-        print(json.dumps(doc))
+        print(dumps(doc))
     else:
         for k, v in doc.items():
             print(f"{k}: {v}")
 
 
+REFERENCE_MARK = " †"
+REFERENCE_NOTE = ("† reference, not deployable: reads the simulator's true speeds (oracle) "
+                  "or true speeds and lengths (lower-bound)")
+
+
+def _num(value, fmt: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
 def comparison_table(comp: Comparison) -> Table:
-    table = Table(title=f"{comp.config}: {len(comp.seeds)} trace(s), mean ± 95% CI")
-    for col in ("scheduler", "avg JCT (slots)", "median", "p95", "makespan", "GPU util",
+    """Mean ± 95% CI per scheduler. The average JCT is censored (unfinished jobs counted until
+    the run stopped) — the same job set for every row; the title says when that mattered."""
+    rows = comp.summary()
+    censored = any(r["unfinished"] > 0 for r in rows if r["scheduler"] != LOWER_BOUND)
+    title = f"{comp.config}: {len(comp.seeds)} trace(s), mean ± 95% CI"
+    if censored:
+        title += " — some jobs unfinished at sim.max_slots: JCTs censored (counted until the run stopped)"
+    notes = [REFERENCE_NOTE] if any(r["reference"] for r in rows) else []
+    table = Table(title=title, caption="\n".join(notes) or None)
+    jct_col = "avg JCT, censored" if censored else "avg JCT (slots)"
+    for col in ("scheduler", jct_col, "median", "p95", "makespan", "GPU util",
                 "queue delay", "done", "avg JCT / DRF"):
         table.add_column(col, justify="right" if col != "scheduler" else "left")
-    for row in comp.summary():
+    for row in rows:
         ratio = row.get("avg_jct_vs_drf")
         table.add_row(
-            row["scheduler"],
-            f"{row['avg_jct']:.2f} ± {row['avg_jct_ci95']:.2f}",
-            f"{row['median_jct']:.2f}",
-            f"{row['p95_jct']:.2f}",
-            f"{row['makespan']:.1f}",
-            f"{row['gpu_util']:.2f}",
-            f"{row['queueing_delay']:.2f}",
+            row["scheduler"] + (REFERENCE_MARK if row["reference"] else ""),
+            f"{_num(row['censored_avg_jct'], '.2f')} ± {_num(row['censored_avg_jct_ci95'], '.2f')}",
+            _num(row["median_jct"], ".2f"),
+            _num(row["p95_jct"], ".2f"),
+            _num(row["makespan"], ".1f"),
+            _num(row["gpu_util"], ".2f"),
+            _num(row["queueing_delay"], ".2f"),
             f"{row['completed']:.0f}/{row['jobs']:.0f}",
-            "-" if ratio is None else f"{ratio:.3f}",
+            _num(ratio, ".3f"),
         )
     return table
+
+
+def unfinished_warnings(comp: Comparison, max_slots: int) -> list[str]:
+    """One line per scheduler whose runs left jobs unfinished at ``max_slots`` (empty: none did)."""
+    lines = []
+    for name, runs in comp.runs.items():
+        left = [int(r.metrics["unfinished"]) for r in runs]
+        if any(left):
+            total = sum(int(r.metrics["jobs"]) for r in runs)
+            hit = sum(1 for n in left if n)
+            lines.append(
+                f"warning: {name}: {sum(left)} of {total} jobs unfinished at sim.max_slots={max_slots} "
+                f"in {hit} of {len(runs)} trace(s); average JCTs are censored "
+                "(unfinished jobs counted until the run stopped)"
+            )
+    return lines
 
 
 def print_table(comp: Comparison, console: Console | None = None) -> None:

@@ -25,11 +25,17 @@ def test_compare_json_is_one_object_with_ratios(capsys, tmp_path):
     assert code == 0
     doc = json.loads(out)  # the whole of stdout is one JSON object
     names = [r["scheduler"] for r in doc["results"]]
-    assert names == ["fifo", "drf", "srtf"]
+    assert names == ["fifo", "drf", "srtf", "oracle", "lower-bound"]  # references by default
+    assert [r["reference"] for r in doc["results"]] == [False, False, False, True, True]
     for row in doc["results"]:
-        for key in ("avg_jct", "avg_jct_ci95", "makespan", "gpu_util", "jobs", "completed"):
+        for key in ("avg_jct", "avg_jct_ci95", "makespan", "gpu_util", "jobs", "completed",
+                    "unfinished", "censored_avg_jct"):
             assert key in row
-        assert row["completed"] == row["jobs"] == 30
+        assert row["completed"] == row["jobs"] == 30 and row["unfinished"] == 0
+        assert row["censored_avg_jct"] == pytest.approx(row["avg_jct"])
+    bound = doc["results"][-1]
+    assert bound["gpu_util"] is None  # a bound has no utilisation: null, not NaN
+    assert all(bound["avg_jct"] <= r["avg_jct"] for r in doc["results"])
     drf = next(r for r in doc["results"] if r["scheduler"] == "drf")
     assert drf["avg_jct_vs_drf"] == pytest.approx(1.0)
     assert (tmp_path / "o" / "results.json").exists()
@@ -98,10 +104,69 @@ def test_demo_compares_the_shipped_policy_on_test_traces(capsys, tmp_path):
     doc = json.loads((tmp_path / "d" / "results.json").read_text())
     assert doc["seeds"] == [3_000_000]  # the first test seed
     names = [r["scheduler"] for r in doc["results"]]
-    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", f"dl2:{model}"]
+    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", f"dl2:{model}", "oracle", "lower-bound"]
     assert all(r["completed"] == r["jobs"] for r in doc["results"])
 
 
 def test_demo_without_the_model_is_a_user_error(capsys, tmp_path):
     code, _, err = run_cli(capsys, "demo", "--out", str(tmp_path / "d"), "--model", str(tmp_path / "no.pt"))
     assert code == 2 and "--model" in err
+
+
+def _strict_json(text: str) -> dict:
+    def no_constants(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=no_constants)
+
+
+def test_compare_without_references_and_with_a_requested_size(capsys):
+    code, out, _ = run_cli(capsys, "compare", "--schedulers", "fifo,drf", "--traces", "1",
+                           "--json", "--processes", "1", "--no-references", "--requested-bundles", "3")
+    assert code == 0
+    doc = _strict_json(out)
+    assert [r["scheduler"] for r in doc["results"]] == ["fifo", "drf"]
+    assert doc["requested_bundles"] == 3
+
+
+@pytest.fixture
+def short_horizon(tmp_path):
+    """The testbed with a 4-slot horizon: most jobs cannot finish."""
+    path = tmp_path / "short.yaml"
+    path.write_text(f"name: short\njobtypes: {CONFIGS / 'jobtypes.yaml'}\n"
+                    f"speed: {{surfaces: {CONFIGS / 'speed'}}}\n"
+                    "workload: {num_jobs: 6}\nsim: {max_slots: 4}\n")
+    return path
+
+
+def test_unfinished_jobs_warn_count_and_stay_valid_json(capsys, short_horizon):
+    code, out, err = run_cli(capsys, "compare", "--config", str(short_horizon), "--schedulers",
+                             "fifo-published,drf", "--traces", "2", "--json", "--processes", "1")
+    assert code == 0
+    doc = _strict_json(out)
+    assert doc["max_slots"] == 4
+    rows = {r["scheduler"]: r for r in doc["results"]}
+    assert rows["drf"]["unfinished"] > 0 and rows["fifo-published"]["unfinished"] > 0
+    assert "warning: drf:" in err and "unfinished at sim.max_slots=4" in err
+    for row in rows.values():  # censored over all 6 jobs: every one counted, at most 4 slots
+        assert 0 < row["censored_avg_jct"] <= 4
+    if rows["fifo-published"]["completed"] == 0:
+        assert rows["fifo-published"]["avg_jct"] is None
+    code, out, err = run_cli(capsys, "compare", "--config", str(short_horizon), "--schedulers",
+                             "drf", "--traces", "1", "--processes", "1")
+    assert code == 0 and "censored" in out and "warning: drf:" in err
+
+
+def test_simulate_json_with_nothing_finished_is_valid(capsys, short_horizon):
+    code, out, err = run_cli(capsys, "simulate", "--config", str(short_horizon), "--scheduler",
+                             "fifo-published", "--json")
+    assert code == 0
+    doc = _strict_json(out)
+    assert doc["unfinished"] > 0 and "warning: fifo-published" in err
+
+
+@pytest.mark.parametrize("argv", [["compare", "--requested-bundles", "0"],
+                                  ["compare", "--schedulers", "drf,oracle:x,nosuch"]])
+def test_bad_compare_options_exit_2(capsys, argv):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and "Traceback" not in err
