@@ -1,4 +1,6 @@
-"""The ``clusters`` plugin of the ``dl2ray`` CLI: ``train rl --agents N`` (N ≥ 2) and ``bench a3c``.
+"""The ``clusters`` plugin of the ``dl2ray`` CLI: ``train rl --agents N`` (N ≥ 2), ``bench a3c`` and
+the live cluster's commands (``submit``, ``jobs``, ``cluster``, ``bench live``, ``demo --live``;
+:mod:`clusters.live_cli`).
 
 The core may not import ``clusters`` (import-linter: the core sits below the
 Ray layer), so this package adds its commands through the extension point the
@@ -35,6 +37,9 @@ def register(plugins: Plugins) -> None:
     """The ``dl2ray.plugins`` entry point: ``bench a3c``, and the trainer of ``train rl --agents N``."""
     plugins.groups["bench"].command("a3c")(bench_a3c)
     plugins.multi_agent_rl = train_multi_agent
+    from clusters.live_cli import register_live
+
+    register_live(plugins)
 
 
 INLINE_BYTES = 4 << 20

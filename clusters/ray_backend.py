@@ -65,6 +65,19 @@ def ray_nodes() -> Nodes:
     return Nodes([n["NodeID"] for n in alive], cap.reshape(-1, 3))
 
 
+def list_hosts() -> dict[str, Any]:
+    """Job name → host actor handle, for every job host alive in the ``dl2ray`` namespace."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == NAMESPACE and a["name"].startswith(JOB_PREFIX)]
+    out = {}
+    for n in names:
+        try:
+            out[n[len(JOB_PREFIX):]] = ray.get_actor(n, namespace=NAMESPACE)
+        except ValueError:
+            continue  # killed between the listing and the lookup
+    return out
+
+
 @dataclass
 class ScaleAction:
     """One job's change in one slot: from ``(ps, workers)`` to the target, and how it went."""
@@ -104,16 +117,7 @@ class RayBackend:
         return max(math.floor((time.time() - self.epoch) / self.slot_seconds), 0)
 
     def hosts(self) -> dict[str, Any]:
-        """Job name → host actor handle, for every job host alive in the namespace."""
-        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                 if a.get("namespace") == NAMESPACE and a["name"].startswith(JOB_PREFIX)]
-        out = {}
-        for n in names:
-            try:
-                out[n[len(JOB_PREFIX):]] = ray.get_actor(n, namespace=NAMESPACE)
-            except ValueError:
-                continue  # killed between the listing and the lookup
-        return out
+        return list_hosts()
 
     def statuses(self, hosts: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
         hosts = self.hosts() if hosts is None else hosts

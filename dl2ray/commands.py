@@ -20,6 +20,8 @@ from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dl2ray.learn.cli import MultiAgentRL
 
 ConfigOpt = Annotated[
@@ -70,12 +72,8 @@ def simulate(
     outcome = run_one(cfg, RunSpec(scheduler, seed), _trace(trace, cfg), keep_result=events is not None)
     if events is not None and outcome.result is not None:
         write_events(str(events), outcome.result)
-    from dl2ray.report import dumps
-
-    for line in _unfinished(outcome.metrics, cfg, scheduler):
-        _err.print(line, markup=False, highlight=False)
     if json_out:
-        print(dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
+        print(json.dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
         return
     table = Table(title=f"{scheduler} on {cfg.name} (seed {seed})")
     table.add_column("metric")
@@ -88,7 +86,7 @@ def simulate(
 def compare(
     config: ConfigOpt = None,
     schedulers: Annotated[str, typer.Option(help="comma-separated scheduler names")] = (
-        "fifo,srtf,drf,drf-static,tetris,optimus"
+        "fifo,srtf,drf,tetris,optimus"
     ),
     traces: Annotated[int, typer.Option(min=1, help="number of traces (seeds seed..seed+N-1)")] = 5,
     seed: Annotated[int, typer.Option(help="first trace seed")] = 0,
@@ -97,27 +95,15 @@ def compare(
     plot: Annotated[Path | None, typer.Option(help="write the JCT CDF plot (PNG)")] = None,
     out: Annotated[Path | None, typer.Option(help="write results.json, jct.parquet and the plot")] = None,
     processes: Annotated[int | None, typer.Option(help="worker processes (default: cores)")] = None,
-    references: Annotated[bool, typer.Option(
-        "--references/--no-references",
-        help="add the not-deployable references: the oracle scheduler and the per-trace lower bound",
-    )] = True,
-    requested_bundles: Annotated[int | None, typer.Option(
-        min=1, help="override workload.requested_bundles: the size (bundles) of jobs whose trace names none",
-    )] = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
     from dl2ray import experiments, report
 
     cfg = _config(config)
-    if requested_bundles is not None:
-        cfg = cfg.model_copy(update={
-            "workload": cfg.workload.model_copy(update={"requested_bundles": requested_bundles})})
     _check_surfaces(cfg)
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
     if not names:
         raise UserError("--schedulers: give at least one scheduler")
-    if references and "oracle" not in names:
-        names.append("oracle")
     fixed = _trace(trace, cfg)
     seeds = list(range(seed, seed + traces))
     with Progress(
@@ -126,43 +112,29 @@ def compare(
     ) as bar:
         task = bar.add_task("simulating", total=len(names) * len(seeds))
         comp = experiments.compare(
-            cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task),
-            references=references,
+            cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task)
         )
     rows = comp.summary()
-    doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "max_slots": cfg.sim.max_slots,
-           "requested_bundles": cfg.workload.requested_bundles, "results": rows}
-    for line in report.unfinished_warnings(comp, cfg.sim.max_slots):
-        _err.print(line, markup=False, highlight=False)
+    doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "results": rows}
     if out is not None:
         _write_outputs(out, doc, comp)
         plot = plot or out / "jct_cdf.png"
     if plot is not None:
         report.plot_jct_cdf(comp, plot)
     if json_out:
-        print(report.dumps(doc))
+        print(json.dumps(doc))
     else:
         report.print_table(comp)
         if plot is not None:
             print(f"JCT CDF written to {plot}")
 
 
-def _unfinished(metrics: dict, cfg: ExperimentConfig, scheduler: str) -> list[str]:
-    left = int(metrics["unfinished"])
-    if not left:
-        return []
-    return [f"warning: {scheduler}: {left} of {int(metrics['jobs'])} jobs unfinished at "
-            f"sim.max_slots={cfg.sim.max_slots}; censored_avg_jct counts them until the run stopped"]
-
-
 def _write_outputs(out: Path, doc: dict, comp) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dl2ray.report import dumps
-
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     rows = [(name, r.seed, j, v) for name, runs in comp.runs.items() for r in runs
             for j, v in sorted(r.jct.items())]
     table = pa.table({
@@ -216,14 +188,24 @@ def fit_speed(
 
 
 def demo(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("demo-out"),
     traces: Annotated[int, typer.Option(min=1, help="test traces (the test seed set)")] = 5,
     model: Annotated[Path, typer.Option(help="shipped DL2 policy")] = Path("models/dl2-testbed.pt"),
+    live: Annotated[bool, typer.Option(
+        "--live", help="instead: a local Ray cluster, four real elastic MXNet jobs scaled by the policy "
+        "(a few minutes; needs the clusters plugin)")] = False,
 ) -> None:
     """The main job on the embedded default: the shipped DL2 policy and all heuristics, testbed config,
     on test traces (never used in training or model selection)."""
     from dl2ray.learn.seeds import TEST
 
+    if live:
+        plugins = ctx.obj
+        if plugins is None or getattr(plugins, "live_demo", None) is None:
+            raise UserError("--live needs the clusters plugin (Ray): " + str(getattr(plugins, "failed", "")))
+        plugins.live_demo(out=out, model=model)
+        return
     if not model.is_file():
         raise UserError(f"--model: {model}: no such checkpoint (the repository ships models/dl2-testbed.pt)")
     compare(config=None, schedulers=f"fifo,srtf,drf,tetris,optimus,dl2:{model}", traces=traces,
@@ -245,11 +227,13 @@ class Plugins:
     ``groups``: the command groups a plugin may add commands to (``"bench"``,
     ``"train"``, ``"trace"``). ``multi_agent_rl``: the trainer ``train rl --agents N``
     (N ≥ 2) hands its parsed options to (see :class:`dl2ray.learn.cli.MultiAgentRL`).
+    ``live_demo``: ``dl2ray demo --live`` (the ``clusters`` plugin: real jobs on local Ray).
     ``loaded``: names of the plugins registered; ``failed``: name → why one did not load.
     """
 
     groups: dict[str, typer.Typer]
     multi_agent_rl: MultiAgentRL | None = None
+    live_demo: Callable[..., None] | None = None
     loaded: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
 

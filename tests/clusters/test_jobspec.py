@@ -30,17 +30,20 @@ def test_every_example_loads_and_fits_a_two_core_node(path: Path) -> None:
 GOOD = yaml.safe_load((ROOT / "examples" / "jobs" / "mlp-small.yaml").read_text())
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"epochs": 0}, "epochs"),
-    ({"name": "Bad_Name"}, "name"),
-    ({"model": "resnet"}, "model"),
-    ({"worker": {"cpu": -1, "gpu": 0, "mem": 1}}, "worker.cpu"),
-    ({"ps": {"cpu": 1, "gpu": 0}}, "ps.mem"),
-    ({"workers": {"min": 3, "max": 2}}, "workers"),
-    ({"optimizer": {"name": "rmsprop"}}, "optimizer.name"),
-    ({"global_batch": 10_000}, "<root>"),
-    ({"colour": "blue"}, "colour"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"name": "Bad_Name"}, "name"),
+        ({"model": "resnet"}, "model"),
+        ({"worker": {"cpu": -1, "gpu": 0, "mem": 1}}, "worker.cpu"),
+        ({"ps": {"cpu": 1, "gpu": 0}}, "ps.mem"),
+        ({"workers": {"min": 3, "max": 2}}, "workers"),
+        ({"optimizer": {"name": "rmsprop"}}, "optimizer.name"),
+        ({"global_batch": 10_000}, "<root>"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
 def test_bad_spec_names_the_field(change: dict, field: str) -> None:
     with pytest.raises(UserError, match=re.escape(f"job.yaml: {field}:")):
         parse_jobspec({**GOOD, **change}, "job.yaml")

@@ -22,11 +22,21 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def small_spec(name: str, **change) -> JobSpec:
-    raw = {"name": name, "job_type": "resnext-110", "model": "mlp", "epochs": 10, "samples": 256,
-           "global_batch": 32, "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9},
-           "worker": {"cpu": 0.2, "gpu": 0, "mem": 0.1}, "ps": {"cpu": 0.2, "gpu": 0, "mem": 0.1},
-           "workers": {"min": 1, "max": 3}, "ps_count": {"min": 1, "max": 2}, "seed": 3,
-           "sample_delay_s": 0.01}
+    raw = {
+        "name": name,
+        "job_type": "resnext-110",
+        "model": "mlp",
+        "epochs": 10,
+        "samples": 256,
+        "global_batch": 32,
+        "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9},
+        "worker": {"cpu": 0.2, "gpu": 0, "mem": 0.1},
+        "ps": {"cpu": 0.2, "gpu": 0, "mem": 0.1},
+        "workers": {"min": 1, "max": 3},
+        "ps_count": {"min": 1, "max": 2},
+        "seed": 3,
+        "sample_delay_s": 0.01,
+    }
     return parse_jobspec({**raw, **change})
 
 
@@ -147,9 +157,14 @@ def test_killed_member_is_dropped_and_the_next_view_shows_it(backend) -> None:
 
     killed = ray.get(host.kill_member.remote("worker"))
     assert killed is not None
-    st = wait_for("the coordinator to drop the worker",
-                  lambda: (s := be.statuses()[spec.name])["workers"] == 1
-                  and any(e["change"].startswith("recover") for e in s["events"]) and s)
+    st = wait_for(
+        "the coordinator to drop the worker",
+        lambda: (
+            (s := be.statuses()[spec.name])["workers"] == 1
+            and any(e["change"].startswith("recover") for e in s["events"])
+            and s
+        ),
+    )
     assert all(m["name"] != killed for m in st["members"])
     view = be.snapshot()
     assert _job(view, jid).workers == 1 and len(_job(view, jid).worker_nodes) == 1

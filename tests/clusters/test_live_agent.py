@@ -1,0 +1,143 @@
+"""The live agent actor on the session's local Ray: configs/live-local.yaml (its DL2 policy behind the
+guardrail) scheduling real jobs; killed mid-run, it restarts, adopts the running jobs and starts no
+duplicate members; bad job specs are refused naming the field while everything else goes on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_live import small_spec, wait_for
+
+from clusters.live_config import load_live_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def agent(ray_session, tmp_path):
+    from clusters.live_agent import start_agent
+    from clusters.live_cli import teardown
+
+    cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
+    cfg = cfg.model_copy(
+        update={
+            "live": cfg.live.model_copy(
+                update={
+                    "slot_seconds": 2.0,
+                    "log_dir": str(tmp_path / "live"),
+                    "guardrail": cfg.live.guardrail.model_copy(update={"time_budget_s": 30.0}),
+                }
+            )
+        }
+    )
+    handle = start_agent(cfg)
+    yield ray_session, handle, tmp_path / "live"
+    teardown(cfg.live.agent_name)
+
+
+def _asked(actions: list[dict]) -> int:
+    """Members a job's scale calls asked for beyond the deployment they found: each call's positive
+    steps of (ps, workers) over the last successful one (a failed call leaves the deployment as it was)."""
+    ps = workers = asked = 0
+    for a in actions:
+        asked += max(a["ps"] - ps, 0) + max(a["workers"] - workers, 0)
+        if a["ok"]:
+            ps, workers = a["ps"], a["workers"]
+    return asked
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_agent_killed_mid_run_restarts_adopts_jobs_without_duplicates(agent) -> None:
+    ray, handle, log_dir = agent
+    specs = [small_spec("adopt-a", epochs=16), small_spec("adopt-b", epochs=16, seed=4)]
+    for spec in specs:
+        assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
+    wait_for(
+        "both jobs to run",
+        lambda: all(
+            j["state"] == "running" and j["workers"] > 0 and not j["busy"]
+            for j in ray.get(handle.jobs.remote())
+        ),
+    )
+    pid = ray.get(handle.pid.remote())
+
+    ray.kill(handle, no_restart=False)
+    st = wait_for("the agent to come back", lambda: _status_after_restart(ray, handle, pid))
+    assert st["restarted"] == 1 and st["adopted"] == 2
+
+    slots = st["slots_done"]
+    wait_for(
+        "two slots of the restarted agent", lambda: ray.get(handle.status.remote())["slots_done"] >= slots + 2
+    )
+    for j in ray.get(handle.jobs.remote()):
+        if j["state"] == "running" and not j["busy"] and j["operation"] is None:
+            assert len(j["members"]) == j["ps"] + j["workers"], j["members"]  # no extra member actors
+
+    # a bad spec is refused with the field named; the agent and the jobs go on
+    bad = specs[0].model_dump(mode="json") | {"name": "huge", "worker": {"cpu": 64, "gpu": 0, "mem": 1}}
+    res = ray.get(handle.submit.remote(bad))
+    assert not res["ok"] and res["error"].startswith("worker: demand")
+
+    done = wait_for(
+        "every job to finish",
+        lambda: (
+            (jobs := ray.get(handle.jobs.remote())) and all(j["state"] == "finished" for j in jobs) and jobs
+        ),
+        timeout_s=300,
+    )
+    assert sorted(j["name"] for j in done) == ["adopt-a", "adopt-b"]
+    for j in done:
+        assert j["spawned"] <= _asked(j["actions"]), j["actions"]  # no member started twice
+        assert all(e["lost_iterations"] == 0 for e in j["events"])
+        assert not any(e["change"].startswith("recover") for e in j["events"])
+    st = ray.get(handle.status.remote())
+    assert st["errors"] == {} and st["slots_done"] >= 1
+    assert (log_dir / "decisions.parquet").is_file()
+
+
+def _status_after_restart(ray, handle, old_pid: int):
+    try:
+        if ray.get(handle.pid.remote(), timeout=10) == old_pid:
+            return None  # ray.kill is asynchronous: the old process may still answer
+        return ray.get(handle.status.remote(), timeout=30)
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+        return None
+
+
+def test_submit_refuses_a_bad_spec_with_exit_2_before_touching_ray(tmp_path) -> None:
+    bad = tmp_path / "job.yaml"
+    bad.write_text(
+        (ROOT / "examples" / "jobs" / "mlp-small.yaml").read_text().replace("epochs: 12", "epochs: 0")
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "dl2ray", "submit", str(bad), "--address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "epochs: Input should be greater than 0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_submit_without_a_cluster_says_so(tmp_path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dl2ray",
+            "submit",
+            str(ROOT / "examples/jobs/mlp-small.yaml"),
+            "--config",
+            str(tmp_path / "none.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+    )
+    assert proc.returncode == 2 and "no Ray cluster" in proc.stderr
