@@ -72,8 +72,12 @@ def simulate(
     outcome = run_one(cfg, RunSpec(scheduler, seed), _trace(trace, cfg), keep_result=events is not None)
     if events is not None and outcome.result is not None:
         write_events(str(events), outcome.result)
+    from dl2ray.report import dumps
+
+    for line in _unfinished(outcome.metrics, cfg, scheduler):
+        _err.print(line, markup=False, highlight=False)
     if json_out:
-        print(json.dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
+        print(dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
         return
     table = Table(title=f"{scheduler} on {cfg.name} (seed {seed})")
     table.add_column("metric")
@@ -86,7 +90,7 @@ def simulate(
 def compare(
     config: ConfigOpt = None,
     schedulers: Annotated[str, typer.Option(help="comma-separated scheduler names")] = (
-        "fifo,srtf,drf,tetris,optimus"
+        "fifo,srtf,drf,drf-static,tetris,optimus"
     ),
     traces: Annotated[int, typer.Option(min=1, help="number of traces (seeds seed..seed+N-1)")] = 5,
     seed: Annotated[int, typer.Option(help="first trace seed")] = 0,
@@ -95,15 +99,27 @@ def compare(
     plot: Annotated[Path | None, typer.Option(help="write the JCT CDF plot (PNG)")] = None,
     out: Annotated[Path | None, typer.Option(help="write results.json, jct.parquet and the plot")] = None,
     processes: Annotated[int | None, typer.Option(help="worker processes (default: cores)")] = None,
+    references: Annotated[bool, typer.Option(
+        "--references/--no-references",
+        help="add the not-deployable references: the oracle scheduler and the per-trace lower bound",
+    )] = True,
+    requested_bundles: Annotated[int | None, typer.Option(
+        min=1, help="override workload.requested_bundles: the size (bundles) of jobs whose trace names none",
+    )] = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
     from dl2ray import experiments, report
 
     cfg = _config(config)
+    if requested_bundles is not None:
+        cfg = cfg.model_copy(update={
+            "workload": cfg.workload.model_copy(update={"requested_bundles": requested_bundles})})
     _check_surfaces(cfg)
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
     if not names:
         raise UserError("--schedulers: give at least one scheduler")
+    if references and "oracle" not in names:
+        names.append("oracle")
     fixed = _trace(trace, cfg)
     seeds = list(range(seed, seed + traces))
     with Progress(
@@ -112,29 +128,43 @@ def compare(
     ) as bar:
         task = bar.add_task("simulating", total=len(names) * len(seeds))
         comp = experiments.compare(
-            cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task)
+            cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task),
+            references=references,
         )
     rows = comp.summary()
-    doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "results": rows}
+    doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "max_slots": cfg.sim.max_slots,
+           "requested_bundles": cfg.workload.requested_bundles, "results": rows}
+    for line in report.unfinished_warnings(comp, cfg.sim.max_slots):
+        _err.print(line, markup=False, highlight=False)
     if out is not None:
         _write_outputs(out, doc, comp)
         plot = plot or out / "jct_cdf.png"
     if plot is not None:
         report.plot_jct_cdf(comp, plot)
     if json_out:
-        print(json.dumps(doc))
+        print(report.dumps(doc))
     else:
         report.print_table(comp)
         if plot is not None:
             print(f"JCT CDF written to {plot}")
 
 
+def _unfinished(metrics: dict, cfg: ExperimentConfig, scheduler: str) -> list[str]:
+    left = int(metrics["unfinished"])
+    if not left:
+        return []
+    return [f"warning: {scheduler}: {left} of {int(metrics['jobs'])} jobs unfinished at "
+            f"sim.max_slots={cfg.sim.max_slots}; censored_avg_jct counts them until the run stopped"]
+
+
 def _write_outputs(out: Path, doc: dict, comp) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dl2ray.report import dumps
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
     rows = [(name, r.seed, j, v) for name, runs in comp.runs.items() for r in runs
             for j, v in sorted(r.jct.items())]
     table = pa.table({
