@@ -9,6 +9,7 @@ exiting with code 2.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -114,12 +115,19 @@ def describe_cmd(
 ) -> None:
     """Summarise a trace: size, span, arrival rate, length quantiles, type mix."""
     from dl2ray.traces.describe import describe_trace
+    from dl2ray.traces.importers import trace_offered_load
     from dl2ray.traces.parquet import read_trace, read_trace_meta
 
     cfg = load_config(config)
     meta = read_trace_meta(trace_file)
-    summary = describe_trace(read_trace(trace_file, cfg.catalogue), meta.slot_seconds)
-    summary = {"file": str(trace_file), "source": meta.source, **summary}
+    trace = read_trace(trace_file, cfg.catalogue)
+    summary = describe_trace(trace, meta.slot_seconds)
+    sized = [j.requested_bundles for j in trace if j.requested_bundles is not None]
+    load = trace_offered_load(trace, measured_speed(cfg), cfg.cluster.capacity.sum(axis=0),
+                              meta.slot_seconds, cfg.workload.requested_bundles)
+    summary = {"file": str(trace_file), "source": meta.source, **summary,
+               "requested_bundles": dict(sorted(Counter(sized).items())) if sized else None,
+               "offered_load": load, "offered_load_cluster": cfg.name}
     if as_json:
         typer.echo(json.dumps(summary))
     else:

@@ -211,6 +211,30 @@ def offered_load(shares: np.ndarray, durations_s: np.ndarray, span_s: float) -> 
     return float(np.sum(shares * durations_s) / span_s)
 
 
+def trace_offered_load(trace: Trace, speed: SpeedModel, total: np.ndarray, slot_seconds: float,
+                       default_bundles: int) -> float | None:
+    """:func:`offered_load` of a stored trace on a cluster of ``total`` (cpu, gpu, mem), or None.
+
+    A job's size is its requested size (``default_bundles`` if it has none), cut
+    to its caps; its duration is its true epochs at the measured speed of that
+    size with one PS per worker (the inverse of rule 4); the span is from the
+    first to the last arrival slot. None when every job arrives in one slot.
+    """
+    cat = speed.catalogue
+    shares, durations = [], []
+    for job in trace:
+        t = cat.index(job.job_type)
+        jt = cat.types[t]
+        g = one_ps_per_worker_gpus(jt, job.requested_bundles or default_bundles)
+        bps = speed.nominal_batches_per_second(t, g, g)
+        shares.append(bundle_share(jt, g, total))
+        durations.append(job.true_epochs * jt.batches_per_epoch / bps)
+    span = (max(j.arrival_slot for j in trace) - min(j.arrival_slot for j in trace)) * slot_seconds
+    if span <= 0:
+        return None
+    return offered_load(np.array(shares), np.array(durations), span)
+
+
 def to_trace(records: list[RawJob], speed: SpeedModel, options: ImportOptions) -> Trace:
     """Map kept records to jobs (rule in the module docstring); TraceError if none are left."""
     if not records:

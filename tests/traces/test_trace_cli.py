@@ -116,3 +116,16 @@ def test_import_with_target_load_keeps_gpu_counts(samples, tmp_path, capsys, tes
     run(["trace", "import", "--format", "philly", str(samples / "philly_small.csv"), "--out", str(plain)],
         capsys)
     assert trace[-1].arrival_slot < read_trace(plain, testbed.catalogue)[-1].arrival_slot
+
+
+def test_describe_reports_the_offered_load_the_import_aimed_at(samples, tmp_path, capsys) -> None:
+    out = tmp_path / "p.parquet"
+    code, _, _ = run(["trace", "import", "--format", "philly", str(samples / "philly_small.csv"),
+                      "--out", str(out), "--target-load", "0.5"], capsys)
+    assert code == 0
+    code, stdout, _ = run(["trace", "describe", str(out), "--json"], capsys)
+    doc = json.loads(stdout)
+    # recomputed from whole arrival slots, so close to (not exactly) the target
+    assert doc["offered_load"] == pytest.approx(0.5, rel=0.05)
+    assert doc["offered_load_cluster"] == "testbed"
+    assert doc["requested_bundles"] == {"1": 3, "2": 1, "4": 1, "8": 1, "16": 1}
