@@ -75,7 +75,7 @@ def simulate(
     from dl2ray.report import dumps
 
     for line in _unfinished(outcome.metrics, cfg, scheduler):
-        _err.print(line, markup=False, highlight=False)
+        typer.echo(line, err=True)
     if json_out:
         print(dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
         return
@@ -135,7 +135,7 @@ def compare(
     doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "max_slots": cfg.sim.max_slots,
            "requested_bundles": cfg.workload.requested_bundles, "results": rows}
     for line in report.unfinished_warnings(comp, cfg.sim.max_slots):
-        _err.print(line, markup=False, highlight=False)
+        typer.echo(line, err=True)
     if out is not None:
         _write_outputs(out, doc, comp)
         plot = plot or out / "jct_cdf.png"
