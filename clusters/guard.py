@@ -128,6 +128,8 @@ class GuardedScheduler:
                 reason = f"invalid: {reason}"
         fallback = self.fallback.decide(view) if (reason is not None or self.shadow) else None
         if reason is not None:
+            if hasattr(self.policy, "rejected"):
+                self.policy.rejected()  # a learning policy drops the slot: its actions were not applied
             kind = reason.split(":", 1)[0]
             self.fallbacks[kind] += 1
             log.warning("slot %d: guardrail: %s; applying %s", view.slot, reason, self.fallback.name)

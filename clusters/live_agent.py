@@ -69,7 +69,7 @@ class LiveAgentImpl:
         if learn:
             from clusters.live_learn import LiveLearner
 
-            self.learner = LiveLearner(self.exp, live.learn, scheduler)
+            self.learner = LiveLearner(self.exp, live.learn, scheduler, self.restarted)
             policy = self.learner
         self.scheduler = GuardedScheduler(policy, make_scheduler(live.guardrail.fallback, self.exp),
                                           live.guardrail.time_budget_s, shadow, self.decisions)
@@ -191,6 +191,10 @@ def start_agent(cfg: LiveConfig, scheduler: str | None = None, shadow: bool | No
         pass
     Path(cfg.resolve(live.log_dir)).mkdir(parents=True, exist_ok=True)
     spec = cfg.scheduler_spec(scheduler)
+    if live.learn.enabled if learn is None else learn:
+        from clusters.live_learn import ensure_global_policy
+
+        ensure_global_policy(cfg, spec)
     agent = LiveAgent.options(name=live.agent_name, namespace=NAMESPACE, lifetime="detached").remote(
         cfg.model_dump_json(), time.time() if epoch is None else epoch, spec,
         live.shadow if shadow is None else shadow, live.learn.enabled if learn is None else learn)

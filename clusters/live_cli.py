@@ -359,10 +359,6 @@ def cluster_up(
         with connected(address):
             from clusters.live_agent import start_agent
 
-            if cfg.live.learn.enabled or learn:
-                from clusters.live_learn import ensure_global_policy
-
-                ensure_global_policy(cfg, spec)
             start_agent(cfg, spec, shadow, learn)
     except BaseException:
         if "pid" in state:

@@ -18,11 +18,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def agent(ray_session, tmp_path):
+def agent(ray_session, tmp_path, request):
     from clusters.live_agent import start_agent
     from clusters.live_cli import teardown
 
     cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
+    learn = getattr(request, "param", False)
+    cfg = cfg.model_copy(
+        update={
+            "live": cfg.live.model_copy(
+                update={"learn": cfg.live.learn.model_copy(update={"enabled": learn, "steps_per_update": 4})}
+            )
+        }
+    )
     cfg = cfg.model_copy(
         update={
             "live": cfg.live.model_copy(
@@ -141,3 +149,27 @@ def test_submit_without_a_cluster_says_so(tmp_path) -> None:
         env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
     )
     assert proc.returncode == 2 and "no Ray cluster" in proc.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", [True], indirect=True, ids=["learn"])
+def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> None:
+    ray, handle, log_dir = agent
+    spec = small_spec("learner", epochs=12)
+    assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
+    gp = ray.get_actor("dl2ray-global-policy", namespace="dl2ray")
+    st = wait_for(
+        "two live gradients applied",
+        lambda: (s := ray.get(handle.status.remote()))["learn"]["pushed"] >= 2 and s,
+        timeout_s=300,
+    )
+    assert st["policy_version"] >= 1  # the agent decides with weights pulled after its pushes
+    stats = ray.get(gp.stats.remote())
+    assert stats["per_agent"].get(1000, 0) >= 2 and stats["updates"] >= 2
+    wait_for(
+        "the job to finish",
+        lambda: ray.get(handle.job.remote("learner"))["state"] == "finished",
+        timeout_s=300,
+    )
+    assert (log_dir / "global-policy.pt").is_file()
