@@ -36,6 +36,9 @@ def bench_spec(k: int) -> dict[str, Any]:
 
 
 def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: float) -> dict[str, Any]:
+    from clusters.live_cli import ray_env
+
+    ray_env()
     import ray
 
     from clusters.live_agent import start_agent
@@ -43,7 +46,6 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
     from clusters.live_config import load_live_config
     from clusters.live_demo import LIVE_CONFIG
 
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     rows = []
     for n in counts:
         cfg = load_live_config(LIVE_CONFIG)

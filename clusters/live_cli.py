@@ -77,11 +77,17 @@ def _address(address: str | None, config: Path) -> str | None:
     return json.loads(state.read_text())["address"]
 
 
+def ray_env() -> None:
+    """Environment a Ray driver here needs, set before Ray is first imported (it reads it at import):
+    the node on loopback, no usage stats."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
 @contextmanager
 def connected(address: str | None):
     """A Ray driver connected to the cluster for the duration of a command."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray_env()
     import ray
 
     if ray.is_initialized():

@@ -42,6 +42,9 @@ def run_live(
     use_job_submit: bool = True,
 ) -> dict[str, Any]:
     """One live run: head, agent, the jobs (staggered by ``stagger_s``), until all end; the run's record."""
+    from clusters.live_cli import ray_env
+
+    ray_env()
     from clusters.live_agent import start_agent
     from clusters.live_cli import connected, start_head, stop_head, teardown
     from clusters.live_config import load_live_config
