@@ -100,6 +100,7 @@ def run_live(
                 time.sleep(1.0)
             final = ray.get(agent.jobs.remote())
             status = ray.get(agent.status.remote())
+            entry = _entrypoint_states(head["dashboard"], out, jobs) if use_job_submit else {}
             teardown(cfg.live.agent_name)
     finally:
         for p in submitters:
@@ -108,7 +109,6 @@ def run_live(
             except subprocess.TimeoutExpired:
                 p.kill()
         stop_head(head["pid"])
-    entry = _entrypoint_states(out, jobs) if use_job_submit else {}
     return _record(spec, final, status, samples, t0, entry)
 
 
@@ -134,13 +134,30 @@ def _sample(ray, agent, t0: float) -> list[dict[str, Any]]:
     ]
 
 
-def _entrypoint_states(out: Path, jobs: list[Path]) -> dict[str, str]:
-    """The submit logs name each Ray job's submission id; their entrypoints' exit shows in the logs."""
-    res = {}
+def _entrypoint_states(dashboard: str, out: Path, jobs: list[Path], wait_s: float = 60.0) -> dict[str, str]:
+    """The Ray job status of each ``ray job submit`` entrypoint (``dl2ray submit``, which exits 0 only
+    when its job finished): SUCCEEDED, FAILED, ... (waits up to ``wait_s`` for them to end)."""
+    import re
+
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(dashboard)
+    ids = {}
     for j in jobs:
-        text = (out / f"submit-{j.stem}.log").read_text(errors="replace")
-        res[j.stem] = "submitted" if "submitted successfully" in text else "not submitted: " + text[-300:]
-    return res
+        m = re.search(
+            r"Job '(raysubmit_\w+)' submitted successfully",
+            (out / f"submit-{j.stem}.log").read_text(errors="replace"),
+        )
+        ids[j.stem] = m.group(1) if m else None
+    deadline = time.time() + wait_s
+    res: dict[str, str] = {}
+    while True:
+        res = {
+            k: str(client.get_job_status(v)).split(".")[-1] if v else "NOT SUBMITTED" for k, v in ids.items()
+        }
+        if time.time() > deadline or all(v not in ("PENDING", "RUNNING") for v in res.values()):
+            return res
+        time.sleep(1.0)
 
 
 def _record(
