@@ -52,10 +52,12 @@ def wait_for(what: str, check: Callable[[], object], timeout_s: float = 180.0):
 
 @pytest.fixture
 def backend(ray_session):
+    from clusters.backend import LiveBackend
     from clusters.ray_backend import RayBackend
 
     cat = load_config(ROOT / "configs" / "testbed.yaml").catalogue
     be = RayBackend(cat, slot_seconds=1.0, epoch=time.time(), apply_wait_s=180.0)
+    assert isinstance(be, LiveBackend)  # the interface a Kubernetes backend implements too
     names: list[str] = []
     yield be, names
     for name in names:
