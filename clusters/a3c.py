@@ -240,6 +240,20 @@ class GlobalPolicyImpl:
         """``(updates, parameters)``: the update count and the flat parameter vector (policy then value)."""
         return self.opt.updates, _params_vector(self.policy, self.value)
 
+    def checkpoint_bytes(self, since: int = -1) -> tuple[int, bytes | None]:
+        """``(updates, checkpoint)``: the current networks as the bytes of a checkpoint file
+        (:func:`~dl2ray.policy.network.save_checkpoint`; ``kind`` ``"a3c-snapshot"``), or ``None`` when the
+        update count is still ``since``. The Serve endpoint pulls its weights with it (by actor name)."""
+        import tempfile
+
+        if self.opt.updates == since:
+            return since, None
+        with tempfile.TemporaryDirectory(prefix="dl2ray-gp-") as tmp:
+            path = Path(tmp) / "snapshot.pt"
+            save_checkpoint(path, self.policy, self.value, self.cfg.catalogue.names,
+                            extra={"kind": "a3c-snapshot", "seed": self.seed, "updates": self.opt.updates})
+            return self.opt.updates, path.read_bytes()
+
     def stats(self) -> dict[str, Any]:
         """``updates`` (total), ``per_agent`` (updates per agent id), ``resumed`` (from a checkpoint),
         ``last_val`` (the latest validation row as a dict, or None)."""

@@ -255,13 +255,15 @@ class Plugins:
     the ``dl2ray.plugins`` entry points of the installed distributions.
 
     ``groups``: the command groups a plugin may add commands to (``"bench"``,
-    ``"train"``, ``"trace"``). ``multi_agent_rl``: the trainer ``train rl --agents N``
+    ``"train"``, ``"trace"``); ``root``: the ``dl2ray`` app itself, for top-level
+    commands (``serve``: ``dl2ray serve``). ``multi_agent_rl``: the trainer ``train rl --agents N``
     (N ≥ 2) hands its parsed options to (see :class:`dl2ray.learn.cli.MultiAgentRL`).
     ``live_demo``: ``dl2ray demo --live`` (the ``clusters`` plugin: real jobs on local Ray).
     ``loaded``: names of the plugins registered; ``failed``: name → why one did not load.
     """
 
     groups: dict[str, typer.Typer]
+    root: typer.Typer | None = None
     multi_agent_rl: MultiAgentRL | None = None
     live_demo: Callable[..., None] | None = None
     loaded: list[str] = field(default_factory=list)
@@ -299,4 +301,4 @@ def register_all(app: typer.Typer) -> Plugins:
     app.add_typer(train_app, name="train", help="Train the DL2 policy (supervised warm-start, RL).")
     app.add_typer(experiment_app, name="experiment",
                   help="The paper's learning experiments: training curves, ablations, OfflineRL.")
-    return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}))
+    return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}, root=app))

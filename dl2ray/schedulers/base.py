@@ -54,12 +54,23 @@ def make_scheduler(spec: str, cfg: object) -> Scheduler:
     return loader()(arg or None, cfg)
 
 
+PLUGIN_GROUP = "dl2ray.schedulers"
+"""Entry-point group of schedulers from packages above the core: ``name = "package.module:factory"``,
+``factory(arg, cfg) -> Scheduler`` (e.g. ``serve:URL``, the Serve endpoint's client). Found in every
+process that builds schedulers (``compare``'s spawned workers too), imported only when used."""
+
+
 def _load_builtin() -> None:
     if _REGISTRY:
         return
+    from importlib.metadata import entry_points
+
     from dl2ray.schedulers import builtin
 
     builtin.register_builtin()
+    for ep in entry_points(group=PLUGIN_GROUP):
+        if ep.name not in _REGISTRY:  # a plugin never shadows a built-in scheduler
+            register(ep.name, ep.load)
 
 
 def bundle_limit(job: JobView, requested: bool) -> int:

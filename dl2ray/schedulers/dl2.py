@@ -46,6 +46,18 @@ class DL2Scheduler:
         self._rng = np.random.default_rng(seed)
         return self
 
+    @classmethod
+    def from_checkpoint_bytes(cls, data: bytes, cfg, greedy: bool = True, seed: int = 0) -> DL2Scheduler:
+        """From the bytes of a checkpoint file (e.g. pulled from a training actor), read by the same
+        :func:`~dl2ray.policy.network.load_checkpoint` as ``__init__``, with the same checks."""
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory(prefix="dl2ray-ckpt-") as tmp:
+            path = Path(tmp) / "policy.pt"
+            path.write_bytes(data)
+            return cls(str(path), cfg, greedy, seed)
+
     def reset(self, seed: int) -> None:
         self._rng = np.random.default_rng([self._seed, seed])
 
