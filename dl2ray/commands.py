@@ -104,7 +104,7 @@ def compare(
         help="add the not-deployable references: the oracle scheduler and the per-trace lower bound",
     )] = True,
     requested_bundles: Annotated[int | None, typer.Option(
-        min=1, help="override workload.requested_bundles: the size (bundles) of jobs whose trace names none",
+        help="override workload.requested_bundles: the size (bundles, >= 1) of jobs whose trace names none",
     )] = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
@@ -112,6 +112,8 @@ def compare(
 
     cfg = _config(config)
     if requested_bundles is not None:
+        if requested_bundles < 1:
+            raise UserError(f"--requested-bundles: {requested_bundles} must be >= 1")
         cfg = cfg.model_copy(update={
             "workload": cfg.workload.model_copy(update={"requested_bundles": requested_bundles})})
     _check_surfaces(cfg)

@@ -165,8 +165,11 @@ def test_simulate_json_with_nothing_finished_is_valid(capsys, short_horizon):
     assert doc["unfinished"] > 0 and "warning: fifo-published" in err
 
 
-@pytest.mark.parametrize("argv", [["compare", "--requested-bundles", "0"],
-                                  ["compare", "--schedulers", "drf,oracle:x,nosuch"]])
-def test_bad_compare_options_exit_2(capsys, argv):
+@pytest.mark.parametrize(("argv", "message"), [
+    (["compare", "--requested-bundles", "0"], "error: --requested-bundles: 0 must be >= 1"),
+    (["compare", "--schedulers", "drf,oracle,nosuch"], "error: unknown scheduler 'nosuch'"),
+])
+def test_bad_compare_options_exit_2_in_one_line(capsys, argv, message):
     code, _, err = run_cli(capsys, *argv)
-    assert code == 2 and "Traceback" not in err
+    assert code == 2 and err.strip() == err.strip().splitlines()[0]
+    assert err.startswith(message) and "Traceback" not in err
