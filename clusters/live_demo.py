@@ -277,8 +277,10 @@ def bench_live_demo(
     """The live demo's four submissions under each scheduler: per-job JCT, scaling events, suspension."""
     rows = []
     for k, s in enumerate(x.strip() for x in schedulers.split(",") if x.strip()):
-        rec = run_live(s, out / f"{k}-{s.split(':')[0]}", demo_jobs(), slot_seconds, stagger)
-        plot_timeline(rec, out / f"{k}-{s.split(':')[0]}" / "timeline.png")
+        folder = out / f"{k}-{s.split(':')[0]}"
+        rec = run_live(s, folder, demo_jobs(), slot_seconds, stagger)
+        plot_timeline(rec, folder / "timeline.png")
+        (folder / "run.json").write_text(json.dumps(rec, indent=1) + "\n")
         rec.pop("timeline")
         rows.append(rec)
         if not json_out:
