@@ -14,7 +14,7 @@ from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, TaskDemand, check_spec, load_jobspec, parse_jobspec
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "examples" / "jobs").rglob("*.yaml"))
 TYPES = load_config(ROOT / "configs" / "testbed.yaml").catalogue.names
 NODE = np.array([[2.0, 0.0, 8.0]])
 
