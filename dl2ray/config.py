@@ -161,6 +161,31 @@ class SimConfig(_Frozen):
         }[self.change_cost]
 
 
+class ImproveConfig(_Frozen):
+    """Rollout policy improvement (``dl2ray train rl --algo improve``; :mod:`dl2ray.learn.improve`).
+
+    Each training slot's greedy decision is recorded; at ``points`` of its steps
+    the greedy action and up to ``alternatives`` other allowed actions are each
+    taken and followed for ``horizon`` slots by the greedy policy, from the same
+    simulator state; the best becomes an imitation label.
+    """
+
+    envs: int = Field(default=8, ge=1, description="training episodes run side by side")
+    slots_per_update: int = Field(default=8, ge=1, description="training slots labelled per update")
+    points: int = Field(default=2, ge=1, description="decision steps tried per slot")
+    alternatives: int = Field(default=5, ge=1, description="actions tried per step besides the greedy one")
+    temperature: float = Field(default=1.0, gt=0, description="alternatives: Gumbel top-k of logits / this")
+    horizon: int = Field(default=10, ge=1, description="slots simulated after each tried action")
+    reward: Literal["progress", "jobs"] = Field(
+        default="jobs", description="rollout return: jobs = minus job-slots in the system (Σ = −total JCT); "
+        "progress = the paper's Σ epochs/E")
+    gamma: float = Field(default=1.0, ge=0, le=1, description="discount per slot inside a rollout")
+    buffer: int = Field(default=20000, ge=1, description="imitation labels kept (FIFO)")
+    batches: int = Field(default=8, ge=1, description="cross-entropy minibatches per update")
+    batch_size: int = Field(default=256, ge=1, description="labels per minibatch")
+    lr: float = Field(default=3e-4, gt=0, description="Adam learning rate of the imitation updates")
+
+
 class PolicyConfig(_Frozen):
     """The DL2 policy network, its supervised warm-start and (later) its RL.
 
@@ -205,6 +230,7 @@ class PolicyConfig(_Frozen):
         default=4.0, ge=1, description="RL job-aware exploration: a job whose workers exceed this many "
         "times its PS (or PS this many times its workers) this slot is in a poor state"
     )
+    improve: ImproveConfig = ImproveConfig()
 
 
 class ExperimentConfig(_Frozen):

@@ -21,7 +21,7 @@ when it completes; reported values carry multiplicative noise
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -53,6 +53,18 @@ class _Job:
     history: tuple[Observation, ...] = ()
     first_run_slot: int | None = None
     end_time: float | None = None  # slots, fractional
+
+
+@dataclass(frozen=True)
+class SimSnapshot:
+    """A :class:`Simulator`'s mutable state at one moment (see :meth:`Simulator.snapshot`)."""
+
+    rng_state: dict
+    pending: tuple[JobSpec, ...]
+    jobs: dict[int, _Job]
+    finished: dict[int, _Job]
+    slot: int
+    result: tuple
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,35 @@ class Simulator:
         self.result.slots = self.slot
         self._admit()
         return StepResult(self.view(), reward, self.done, tuple(completed), epochs)
+
+    def snapshot(self) -> SimSnapshot:
+        """Everything a later :meth:`restore` needs to rerun the current slot from here.
+
+        The simulator is deterministic given its state and generator, so a learner
+        can try several allocations for the same slot (restore, step, restore, …)
+        and compare their outcomes on common random numbers.
+        """
+        r = self.result
+        return SimSnapshot(
+            self.rng.bit_generator.state, tuple(self._pending),
+            {k: replace(j) for k, j in self.jobs.items()}, dict(self.finished), self.slot,
+            (dict(r.end_time), dict(r.first_run), list(r.gpu_util), list(r.cpu_util),
+             list(r.rewards), r.slots, len(r.events)),
+        )
+
+    def restore(self, snap: SimSnapshot) -> None:
+        """Return to the state :meth:`snapshot` saw (the snapshot stays reusable)."""
+        self.rng.bit_generator.state = snap.rng_state
+        self._pending = list(snap.pending)
+        self.jobs = {k: replace(j) for k, j in snap.jobs.items()}
+        self.finished = dict(snap.finished)
+        self.slot = snap.slot
+        r = self.result
+        end, first, gpu, cpu, rewards, slots, events = snap.result
+        r.end_time, r.first_run = dict(end), dict(first)
+        r.gpu_util, r.cpu_util, r.rewards = list(gpu), list(cpu), list(rewards)
+        r.slots = slots
+        del r.events[events:]
 
     # -- internals ----------------------------------------------------------------------
 

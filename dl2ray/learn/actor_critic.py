@@ -14,6 +14,8 @@ step ``i`` from slot ``t`` with slot reward ``r_t``:
   with ``H_i = −Σ_{a allowed} π(a|s_i)·log π(a|s_i)`` the entropy of the
   *masked* distribution (``β = policy.entropy_weight``).
 - **Value loss** ``L_V = (1/N) Σ_i w_i·(y_i − V(s_i))²`` (zero without a critic).
+- ``zero_advantage`` (the control experiment): ``A_i = 0``, so only the entropy
+  bonus moves the policy (the critic still learns).
 
 ``w_i`` are importance weights from prioritised replay (all 1 otherwise).
 The two networks have separate weights and separate Adam optimisers
@@ -45,12 +47,15 @@ class LossConfig:
     gamma: float = 0.9
     entropy_weight: float = 0.1
     critic: bool = True
+    zero_advantage: bool = False  # the control: A = 0, only the entropy bonus moves the policy
 
     @classmethod
-    def from_config(cls, cfg, critic: bool = True, update: int = 0) -> LossConfig:
+    def from_config(cls, cfg, critic: bool = True, update: int = 0,
+                    zero_advantage: bool = False) -> LossConfig:
         """The losses' settings at ``update`` (the entropy weight may decay, see :func:`entropy_weight`)."""
         p = cfg.policy
-        return cls(p.gamma, entropy_weight(p.entropy_weight, p.entropy_decay_updates, update), critic)
+        return cls(p.gamma, entropy_weight(p.entropy_weight, p.entropy_decay_updates, update), critic,
+                   zero_advantage)
 
 
 def entropy_weight(beta: float, decay_updates: int, update: int) -> float:
@@ -114,6 +119,8 @@ def loss_terms(policy: PolicyNet, value: ValueNet, batch: Batch, cfg: LossConfig
         adv = y - y.mean()
         value_loss = torch.zeros(())
         values = torch.full_like(y, float(y.mean()))
+    if cfg.zero_advantage:
+        adv = torch.zeros_like(adv)
     policy_loss = (w * (-logp * adv)).mean() - cfg.entropy_weight * (w * entropy).mean()
     return LossTerms(policy_loss, value_loss, entropy.detach().mean(), y, values, adv)
 

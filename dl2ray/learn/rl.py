@@ -43,6 +43,7 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.actor_critic import ActorCriticOptimizer, LossConfig, compute_gradients
 from dl2ray.learn.exploration import JobAwareExploration
+from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, imitation_update
 from dl2ray.learn.replay import ReplayBuffer
 from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.policy.encoding import Encoding
@@ -54,6 +55,10 @@ from dl2ray.policy.network import (
     load_checkpoint,
     save_checkpoint,
 )
+
+ALGOS = ("paper", "improve")
+"""``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
+``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`)."""
 
 
 @dataclass
@@ -71,6 +76,8 @@ class RLOptions:
     steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
     critic_warmup: int = 0  # first updates that train only the value network
     max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
+    algo: str = "paper"  # "paper": TD actor-critic on slot rewards; "improve": rollout policy improvement
+    zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
 
 
 @dataclass
@@ -151,16 +158,29 @@ class Trainer:
         if policy is None or value is None:
             policy, value = self._networks(init)
         self.policy, self.value = policy, value
-        self.loss_cfg = LossConfig.from_config(cfg, critic=opts.critic)
+        self.loss_cfg = LossConfig.from_config(cfg, critic=opts.critic, zero_advantage=opts.zero_advantage)
         self.opt = ActorCriticOptimizer(policy, value, cfg.policy.rl_lr, opts.max_grad_norm)
         self.sample_rng = np.random.default_rng([seed, 1])
         self.explore_rng = np.random.default_rng([seed, 2])
         self.replay_rng = np.random.default_rng([seed, 3])
-        explore = JobAwareExploration.from_config(cfg) if opts.exploration else None
-        self.collector = Collector(build_simulator(cfg), self.enc, seedsets.training(opts.traces),
-                                   self.sample_rng, explore, self.explore_rng)
-        self.buffer = (ReplayBuffer(cfg.policy.replay_size, self.enc.state_dim, self.enc.action_dim,
-                                    opts.prioritized) if opts.replay else None)
+        if opts.algo not in ALGOS:
+            raise ValueError(f"unknown RL algorithm {opts.algo!r}; known: {list(ALGOS)}")
+        self.buffer: ReplayBuffer | None = None
+        if opts.algo == "improve":
+            imp = cfg.policy.improve
+            self.opt = ActorCriticOptimizer(policy, value, imp.lr, opts.max_grad_norm)
+            self.improver = ImprovementCollector(
+                [build_simulator(cfg) for _ in range(imp.envs)], self.enc, seedsets.training(opts.traces),
+                imp.alternatives, self.sample_rng, imp.horizon, imp.reward, imp.gamma,
+                temperature=imp.temperature, points=imp.points,
+                select="random" if opts.zero_advantage else "best")
+            self.labels = ImitationBuffer(imp.buffer, self.enc.state_dim, self.enc.action_dim)
+        else:
+            explore = JobAwareExploration.from_config(cfg) if opts.exploration else None
+            self.collector = Collector(build_simulator(cfg), self.enc, seedsets.training(opts.traces),
+                                       self.sample_rng, explore, self.explore_rng)
+            self.buffer = (ReplayBuffer(cfg.policy.replay_size, self.enc.state_dim, self.enc.action_dim,
+                                        opts.prioritized) if opts.replay else None)
         self.val_seeds = seedsets.validation(opts.val_traces)
         self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
 
@@ -174,8 +194,18 @@ class Trainer:
     def updates(self) -> int:
         return self.opt.updates
 
+    @property
+    def episodes(self) -> int:
+        return (self.improver if self.opts.algo == "improve" else self.collector).episodes
+
+    @episodes.setter
+    def episodes(self, n: int) -> None:
+        (self.improver if self.opts.algo == "improve" else self.collector).episodes = n
+
     def update(self) -> UpdateRow:
-        """Collect, (replay), learn: one update (see the module docstring)."""
+        """One update (see the module docstring): :meth:`_improve`, or collect, (replay), learn."""
+        if self.opts.algo == "improve":
+            return self._improve()
         p = self.cfg.policy
         fresh = self.opts.steps_per_update or p.minibatch
         records = self.collector.collect(NumpyPolicy.from_torch(self.policy), fresh,
@@ -186,7 +216,8 @@ class Trainer:
             self.buffer.add(batch)
             drawn = self.buffer.sample(p.minibatch, self.replay_rng)
             batch, weights, indices = drawn.batch, drawn.weights, drawn.indices
-        self.loss_cfg = LossConfig.from_config(self.cfg, self.opts.critic, self.updates)
+        self.loss_cfg = LossConfig.from_config(self.cfg, self.opts.critic, self.updates,
+                                               self.opts.zero_advantage)
         grads, stats = compute_gradients(self.policy, self.value, batch, self.loss_cfg, weights)
         self.opt.apply_gradients(grads, train_policy=self.updates >= self.opts.critic_warmup)
         if self.buffer is not None and indices is not None:
@@ -194,6 +225,24 @@ class Trainer:
         row = UpdateRow(self.updates, stats.policy_loss, stats.value_loss, stats.entropy,
                         float(np.mean([r.reward for r in records])), stats.mean_value,
                         sum(len(r.steps) for r in records), len(records), sum(r.explored for r in records))
+        self.result.history.append(row)
+        self.result.updates = self.updates
+        return row
+
+    def _improve(self) -> UpdateRow:
+        """Label ``improve.slots_per_update`` slots by rollouts, then imitation steps on the labels."""
+        imp = self.cfg.policy.improve
+        items = self.improver.collect(NumpyPolicy.from_torch(self.policy), imp.slots_per_update)
+        self.labels.add(items)
+        loss, entropy = 0.0, 0.0
+        if len(self.labels):
+            loss, entropy = imitation_update(self.policy, self.opt.policy_opt, self.labels, imp.batches,
+                                             imp.batch_size, self.cfg.policy.sl_label_smoothing,
+                                             self.replay_rng)
+        self.opt.updates += 1
+        gains = [it.gain for it in items if it.tried]
+        row = UpdateRow(self.updates, loss, 0.0, entropy, float(np.mean(gains)) if gains else 0.0,
+                        0.0, len(items), imp.slots_per_update, sum(it.chosen != 0 for it in items))
         self.result.history.append(row)
         self.result.updates = self.updates
         return row
@@ -208,7 +257,7 @@ class Trainer:
     def save(self, path: Path) -> None:
         extra = {
             "kind": "rl", "seed": self.seed, "updates": self.updates, "optimizer": self.opt.state_dict(),
-            "episodes": self.collector.episodes, "options": asdict(self.opts),
+            "episodes": self.episodes, "options": asdict(self.opts),
             "rng": {k: _rng_state(getattr(self, k)) for k in ("sample_rng", "explore_rng", "replay_rng")},
             "result": _result_doc(self.result),
         }
@@ -223,7 +272,7 @@ class Trainer:
         self.policy.load_state_dict(ckpt.policy.state_dict())
         self.value.load_state_dict(ckpt.value.state_dict())
         self.opt.load_state_dict(ex["optimizer"])
-        self.collector.episodes = int(ex["episodes"])
+        self.episodes = int(ex["episodes"])
         for k, state in ex["rng"].items():
             getattr(self, k).bit_generator.state = state
         r = ex["result"]

@@ -38,6 +38,13 @@ def register_builtin() -> None:
     register("drf", drf)
     register("optimus", optimus)
 
+    def planner():
+        from dl2ray.schedulers.planner import Planner, profiled_cost
+
+        return lambda arg, cfg: Planner(profiled_cost(cfg, arg or "surfaces"))
+
+    register("planner", planner)
+
     def dl2():
         from dl2ray.schedulers.dl2 import DL2Scheduler
 

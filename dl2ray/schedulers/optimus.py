@@ -149,12 +149,16 @@ class Greedy:
 
     ``seconds_per_epoch(type_index, ps, workers)`` is the speed model the
     gains are computed with: Optimus's fitted one, or the simulator's true
-    surfaces for the ``oracle`` reference.
+    surfaces for the ``oracle`` reference. ``relative``: the gain is the
+    *fraction* of the job's remaining time saved, ``(c − c')/c / s`` with
+    ``c`` the seconds per epoch, instead of the seconds saved ``R·(c − c')/s``
+    (the planner's rule: it does not favour long jobs).
     """
 
-    def __init__(self, view: ClusterView, seconds_per_epoch) -> None:
+    def __init__(self, view: ClusterView, seconds_per_epoch, relative: bool = False) -> None:
         self.view = view
         self.cost = seconds_per_epoch
+        self.relative = relative
         self.dom = task_shares(view)
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.tasks: dict[int, list[int]] = {}  # job index -> [workers, ps]
@@ -181,7 +185,7 @@ class Greedy:
             gain = (now - self.cost(t, p + 1, w)) / max(dom_p, 1e-12)
             best, role = (gain, 1) if gain > best else (best, role)
         if role >= 0:
-            gain = best * self.remaining[i]
+            gain = best / now if self.relative else best * self.remaining[i]
             heapq.heappush(self.heap, (-gain, job.arrival_slot, job.job_id, role, i))
 
     def run(self, placer) -> None:

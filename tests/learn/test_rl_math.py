@@ -120,6 +120,16 @@ def test_toy_targets_advantages_and_losses():
     assert float(t.value_loss.detach()) == pytest.approx(np.mean(np.square(ADV)), rel=1e-5)  # 1.51758
 
 
+def test_zero_advantage_control_keeps_only_the_entropy_term():
+    policy, value = toy_nets()
+    t = loss_terms(policy, value, to_batch(toy_records(), ENC, GAMMA),
+                   LossConfig(GAMMA, BETA, zero_advantage=True))
+    logn = [math.log(n) for n in N_ALLOWED]
+    assert not t.advantages.any()
+    assert float(t.policy_loss.detach()) == pytest.approx(-BETA * np.mean(logn), rel=1e-6)
+    assert float(t.value_loss.detach()) == pytest.approx(np.mean(np.square(ADV)), rel=1e-5)  # critic learns
+
+
 def test_toy_without_critic_uses_mean_return_baseline():
     policy, value = toy_nets()
     t = loss_terms(policy, value, to_batch(toy_records(), ENC, GAMMA), LossConfig(GAMMA, BETA, critic=False))

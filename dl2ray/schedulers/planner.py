@@ -1,0 +1,104 @@
+"""Planner: greedy allocation on *profiled* speeds — the strong, deployable teacher of DL2's warm start.
+
+A cluster that profiles its job types offline (the testbed measurements that
+``dl2ray fit-speed`` turns into ``configs/speed/``) can plan with those
+profiles instead of learning speeds online as Optimus does. The planner reads
+only the profile files and the view (declared epochs), never the simulator:
+placement effects, speed variation and interference stay unknown to it.
+
+Per decision, for job ``j`` of type ``t`` with ``p`` PS and ``w`` workers and
+``c_t(p, w)`` the profiled seconds per epoch (``profile``: ``surfaces`` = the
+interpolated measurements, ``optimus-fit`` = Optimus's parametric step-time
+form fitted offline to the same measurements):
+
+1. jobs in order of remaining time at one bundle, ``R_j·c_t(1, 1)`` (shortest
+   first; ties: arrival, id), get one worker + one PS while they fit;
+2. then Optimus's greedy (:class:`~dl2ray.schedulers.optimus.Greedy`) with the
+   *relative* gain: repeatedly the one task (a worker or a PS of any job) that
+   saves the largest fraction of its job's remaining time per unit of dominant
+   share, ``(c_t(p, w) − c_t(p', w')) / c_t(p, w) / s``, is added, until no task
+   shortens a job, every job is at its caps, or nothing fits.
+
+The relative gain is what differs from Optimus's absolute ``R·(c − c')/s``
+(which favours long jobs): halving a short job's time is worth as much as
+halving a long one's, which is what a sum of completion times rewards
+(testbed, 5 validation traces: 9.72 slots with it, 9.99 with the absolute gain).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from dl2ray.errors import UserError
+from dl2ray.schedulers.optimus import Greedy
+from dl2ray.view import Allocation, ClusterView
+
+Profile = Literal["surfaces", "optimus-fit"]
+Cost = Callable[[int, int, int], float]
+"""``(type_index, ps, workers) -> seconds per epoch`` (inf when the job cannot train)."""
+
+
+def profiled_cost(cfg, profile: str = "surfaces") -> Cost:
+    """Seconds per epoch per ``(type_index, ps, workers)`` from the config's profile files (cached)."""
+    from dl2ray.speed import OPTIMUS_FILE, load_surfaces, optimus_speed
+
+    cat = cfg.catalogue
+    per_epoch = [t.batches_per_epoch for t in cat.types]
+    if profile == "surfaces":
+        surfaces = load_surfaces(cfg.surfaces_dir)
+        table = [surfaces[t.name] for t in cat.types]
+
+        def batches(t: int, p: int, w: int) -> float:
+            return table[t](p, w)
+    elif profile == "optimus-fit":
+        path = Path(cfg.surfaces_dir) / OPTIMUS_FILE
+        try:
+            models = json.loads(path.read_text(encoding="utf-8"))["models"]
+            theta = [np.asarray(models[t.name]["theta"], dtype=np.float64) for t in cat.types]
+        except (OSError, KeyError, ValueError) as exc:
+            raise UserError(f"{path}: cannot read Optimus speed fits: {exc}") from None
+        sizes = [t.batch_size for t in cat.types]
+
+        def batches(t: int, p: int, w: int) -> float:
+            return float(optimus_speed(theta[t], p, w, sizes[t])[0])
+    else:
+        raise UserError(f"planner: unknown profile {profile!r}; known: surfaces, optimus-fit")
+    cache: dict[tuple[int, int, int], float] = {}
+
+    def cost(t: int, p: int, w: int) -> float:
+        key = (t, p, w)
+        v = cache.get(key)
+        if v is None:
+            eps = batches(t, p, w) / per_epoch[t] if p > 0 and w > 0 else 0.0
+            v = cache[key] = 1.0 / eps if eps > 0 else float("inf")
+        return v
+
+    return cost
+
+
+class Planner:
+    """Shortest-first bundles, then the relative-gain greedy (see the module docstring)."""
+
+    name = "planner"
+
+    def __init__(self, cost: Cost) -> None:
+        self.cost = cost
+
+    def decide(self, view: ClusterView) -> Allocation:
+        placer = view.placer()
+        jobs = view.jobs
+        order = sorted(range(len(jobs)), key=lambda i: (
+            jobs[i].remaining_epochs * self.cost(jobs[i].type_index, 1, 1), jobs[i].arrival_slot,
+            jobs[i].job_id))
+        greedy = Greedy(view, self.cost, relative=True)
+        for i in order:
+            job = jobs[i]
+            if placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
+                greedy.add_job(i, job.remaining_epochs)
+        greedy.run(placer)
+        return placer.allocation()
