@@ -50,7 +50,7 @@ def _num(value, fmt: str) -> str:
 def comparison_table(comp: Comparison) -> Table:
     """Mean ± 95% CI per scheduler. The average JCT is censored (unfinished jobs counted until
     the run stopped) — the same job set for every row; the title says when that mattered."""
-    rows = comp.summary()
+    rows: list[dict] = comp.summary()
     censored = any(r["unfinished"] > 0 for r in rows if r["scheduler"] != LOWER_BOUND)
     title = f"{comp.config}: {len(comp.seeds)} trace(s), mean ± 95% CI"
     if censored:

@@ -40,6 +40,12 @@ def measured_speed(cfg: ExperimentConfig) -> SpeedModel:
         raise ConfigError(f"speed.surfaces: {exc}") from None
 
 
+def _total(cfg: ExperimentConfig) -> tuple[float, float, float]:
+    """The config's whole cluster as (cpu, gpu, mem)."""
+    cpu, gpu, mem = (float(x) for x in cfg.cluster.capacity.sum(axis=0))
+    return cpu, gpu, mem
+
+
 def _source(fmt: str, file: Path, opts: dict[str, Any]) -> str:
     given = " ".join(f"{k}={v}" for k, v in opts.items() if v is not None)
     return f"{fmt}:{file.name} {given}".strip()
@@ -82,7 +88,7 @@ def import_cmd(
         epoch_error=epoch_error,
         types=cfg.workload.types,
         target_load=target_load,
-        cluster_total=tuple(float(x) for x in cfg.cluster.capacity.sum(axis=0)),
+        cluster_total=_total(cfg),
     )
     trace = import_trace(fmt, file, measured_speed(cfg), options)
     given = {
