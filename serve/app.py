@@ -14,9 +14,10 @@ Three layers, each testable alone:
   into an HTTP response in one place: an inconsistent view → 422 in FastAPI's
   validation-error format with the field's path, a body over
   ``max_body_bytes`` → 413.
-- :func:`plain_app` serves an instance with plain uvicorn (the benchmark's
-  reference); :func:`build` is the Ray Serve application builder
-  (``serve run serve/config.yaml``, ``dl2ray serve``).
+- :func:`plain_app` puts an instance's routes on a FastAPI app: plain uvicorn
+  runs it (the benchmark's reference), and so does every Serve replica
+  (``__serve_build_asgi_app__``). :func:`build` is the Ray Serve application
+  builder (``serve run serve/config.yaml``, ``dl2ray serve``).
 
 This module is the Serve composition root: only here are config files,
 checkpoints and Serve wired together. Importing it starts nothing.
@@ -128,7 +129,8 @@ class DecisionService:
         """What is served now: version, where it came from, the config it fits."""
         cur = self.store.current
         return PolicyInfo(version=cur.version, source=cur.source, checkpoint=self.settings.checkpoint,
-                          loaded_at=cur.loaded_at, reloads=self.store.reloads, config=self.cfg.name,
+                          loaded_at=cur.loaded_at, reloads=self.store.reloads, failures=self.store.failures,
+                          last_error=self.store.last_error, config=self.cfg.name,
                           window=self.cfg.policy.window, max_jobs=self.max_jobs,
                           job_types=list(self.cfg.catalogue.names), schedulers=["dl2", *self.heuristics])
 
@@ -141,6 +143,10 @@ class DecisionService:
         """Serve's periodic health check: the replica is unhealthy when its weight watcher died."""
         if not self.store.watching:
             raise RuntimeError("the weight watcher thread stopped")
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        """Serve's hook, called on the replica after ``__init__``: this instance's HTTP app."""
+        return plain_app(self)
 
     def close(self) -> None:
         self.store.close()
@@ -281,18 +287,22 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def deployment(max_body_bytes: int, **options):
-    """The Serve deployment: :class:`DecisionService` behind a FastAPI ingress with :data:`ENDPOINTS`."""
+def deployment(**options):
+    """The Serve deployment: :class:`DecisionService` behind a FastAPI ingress built on each replica.
+
+    The replica builds its app with :func:`plain_app` on its own service instance
+    (``__serve_build_asgi_app__``), so Serve runs exactly the routes and error
+    handling plain uvicorn runs. (Routes on the class, rewritten by Serve's
+    class-based view, lost their rewriting on the way to the replica: the methods
+    are importable, so they travel by reference, and ``self`` came back as a query
+    parameter.)
+    """
     from ray import serve as ray_serve
 
-    app = fastapi_app(max_body_bytes)
-    routed = {name: route(app)(getattr(DecisionService, name)) for name, route in ENDPOINTS.items()}
-    cls = type("DL2Decider", (DecisionService,), routed)
-    cls.__qualname__ = "DL2Decider"
-    return ray_serve.deployment(**{**DEPLOYMENT_DEFAULTS, **options})(ray_serve.ingress(app)(cls))
+    return ray_serve.deployment(**{**DEPLOYMENT_DEFAULTS, **options})(ray_serve.ingress()(DecisionService))
 
 
 def build(args: dict[str, Any]):
     """Serve application builder (``import_path: serve.app:build``); ``args`` are :class:`ServeSettings`."""
     settings = ServeSettings.model_validate(args or {})
-    return deployment(settings.max_body_bytes).bind(settings.model_dump())
+    return deployment().bind(settings.model_dump())

@@ -205,6 +205,7 @@ def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s
     settings = ServeSettings(config=str(config.resolve()), checkpoint=str(ckpt.resolve()), reload_every_s=2.0)
     doc: dict = {"bench": "serve", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
                  "checkpoint": str(ckpt), "rps": rps, "seconds": seconds, "cores": os.cpu_count(),
+                 "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
                  "in_process": in_process(cfg, ckpt, view)}
 
     port = free_port()
@@ -232,6 +233,7 @@ def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s
             import ray
 
             ray.shutdown()
+    doc["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     doc["target_p99_ms_at_100rps"] = 10.0
     doc["summary"] = json.loads(json.dumps({
         k: {"p50_ms": doc[k]["fixed_rate"]["p50_ms"], "p99_ms": doc[k]["fixed_rate"]["p99_ms"],

@@ -134,6 +134,8 @@ class PolicyInfo(_Message):
     checkpoint: str | None
     loaded_at: float = Field(description="Unix time the weights were swapped in")
     reloads: int = Field(description="weight swaps since start")
+    failures: int = Field(description="polls of the weights that failed (the old weights stayed)")
+    last_error: str | None = Field(description="why the latest failed poll failed")
     config: str
     window: int = Field(description="J: jobs per decision window")
     max_jobs: int = Field(description="largest view accepted (jobs)")
