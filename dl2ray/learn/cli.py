@@ -126,6 +126,12 @@ def train_rl(
     val_every: Annotated[int, typer.Option(min=1, help="updates between validations")] = 25,
     checkpoint_every: Annotated[int, typer.Option(min=1, help="updates between checkpoints")] = 50,
     critic_warmup: Annotated[int, typer.Option(min=0, help="first updates training only the critic")] = 0,
+    algo: Annotated[str, typer.Option(
+        help="paper: TD actor-critic on slot rewards; improve: rollout policy improvement with per-step "
+             "credit (policy.improve)")] = "paper",
+    zero_advantage: Annotated[bool, typer.Option(
+        help="the control run: advantages set to 0 (paper) / labels drawn without the outcomes (improve)")
+    ] = False,
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
     agents: Annotated[int, typer.Option(help="learners: 1 = this process; N >= 2 = A3C with N Ray "
@@ -143,11 +149,16 @@ def train_rl(
     check_checkpoint_paths(out, init)
     if agents < 1:
         raise UserError(f"--agents: {agents}: need at least one learner")
+    if algo not in rl.ALGOS:
+        raise UserError(f"--algo: {algo!r}: known: {', '.join(rl.ALGOS)}")
+    if algo != "paper" and agents > 1:
+        raise UserError(f"--algo {algo}: single process only (A3C runs the paper's actor-critic)")
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
     replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
     opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
-                        checkpoint_every=checkpoint_every, critic_warmup=critic_warmup)
+                        checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
+                        algo=algo, zero_advantage=zero_advantage)  # type: ignore[arg-type]
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

@@ -244,19 +244,22 @@ def _plot_curve(curve, cfg: ExperimentConfig, path: Path) -> Path:
                                flat=(ex.SL_ONLY, ex.TEACHER))
 
 
-_REPORT_COLUMNS = ("run", "critic", "exploration", "replay", "train_speed", "val_speed", "best_update",
+_REPORT_COLUMNS = ("run", "seed", "algo", "critic", "exploration", "replay", "zero_advantage", "train_speed",
+                   "val_speed", "best_update",
                    "best_val_avg_jct", "test_avg_jct", "test_avg_jct_ci95", "test_completed", "test_jobs",
                    "slowdown", "checkpoint")
 
 
 def _report(report, cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts, out: Path, stem: str,
-            title: str, json_out: bool) -> None:
+            title: str, json_out: bool, variants: list[dict] | None = None) -> None:
     from dl2ray.learn import experiments as ex
 
     csv_path = ex.write_rows_csv(report.rows, out / f"{stem}.csv", _REPORT_COLUMNS)
     doc = {"config": cfg.name, "seed": seed, "updates": updates, "init": str(init),
            "options": asdict(opts), "reference": report.reference, "test_seeds": report.test_seeds,
            "drf_test_avg_jct": report.drf_avg_jct, "runs": report.rows, "csv": str(csv_path)}
+    if variants is not None:
+        doc["variants"] = variants
     _write_json(doc, out / f"{stem}.json", json_out)
     if json_out:
         return
@@ -265,10 +268,19 @@ def _report(report, cfg: ExperimentConfig, init: Path, updates: int, seed: int, 
                 f"/ {report.reference}"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for r in report.rows:
-        table.add_row(r["run"], r["train_speed"], str(r["best_update"]), _fmt(r["best_val_avg_jct"]),
+        table.add_row(r["run"], r.get("train_speed", "-"), str(r["best_update"]),
+                      _fmt(r.get("best_val_avg_jct")),
                       f"{_fmt(r['test_avg_jct'])} ± {_fmt(r['test_avg_jct_ci95'])}",
                       f"{r['test_completed']:.1f}/{r['test_jobs']:.0f}", _fmt(r["slowdown"]))
     _console().print(table)
+    if variants:
+        per = Table(title="per variant over training seeds: test avg JCT (slots)")
+        for col in ("variant", "runs", "mean", "std", "min", "max", "/ warm start"):
+            per.add_column(col, justify="left" if col == "variant" else "right")
+        for v in variants:
+            per.add_row(v["variant"], str(v["runs"]), *(_fmt(v[k]) for k in ("mean", "std", "min", "max",
+                                                                                "vs_warm_start")))
+        _console().print(per)
     print(f"DRF on the same test traces: {_fmt(report.drf_avg_jct)}; wrote {csv_path}")
 
 
@@ -293,19 +305,23 @@ def ablation(
     val_traces: ValTracesOpt = 3,
     traces: TracesOpt = 100,
     workers: WorkersOpt = 2,
+    seeds: Annotated[int, typer.Option(help="training seeds per variant: SEED .. SEED+N-1")] = 1,
     rl_opt: RLOptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Table 2: full method vs no actor-critic / exploration / replay; best checkpoints on test traces."""
+    """Table 2 and the zero-advantage control: full method vs no actor-critic / exploration / replay /
+    zero advantages, over training seeds, and the warm start; best checkpoints on test traces."""
     from dl2ray.learn import experiments as ex
 
     cfg = load_config(config)
-    switches = {k: "each ablation variant" for k in ("critic", "exploration", "replay")}
+    _at_least("--seeds", seeds)
+    switches = {k: "each ablation variant" for k in ("critic", "exploration", "replay", "zero_advantage")}
     opts = rl_options(traces, val_traces, val_every, rl_opt, switches)
     out = _held_out_inputs(cfg, init, updates, test_traces, workers, out)
     with _Bars(updates) as bars:
-        report = ex.ablation(cfg, init, updates, seed, opts, test_traces, out, workers, bars)
-    _report(report, cfg, init, updates, seed, opts, out, "ablation", "Ablation (Table 2)", json_out)
+        report = ex.ablation(cfg, init, updates, seed, opts, test_traces, out, workers, bars, seeds)
+    _report(report, cfg, init, updates, seed, opts, out, "ablation", "Ablation (Table 2)", json_out,
+            variants=ex.by_variant(report))
 
 
 @app.command("offline-rl")

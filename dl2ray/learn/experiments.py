@@ -33,6 +33,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
 from dl2ray.learn import seeds as seedsets
@@ -43,13 +45,18 @@ from dl2ray.policy.network import load_checkpoint
 SL_ONLY, RL_ONLY, SL_RL, OFFLINE, TEACHER = "sl-only", "rl-only", "sl+rl", "offline-rl", "teacher"
 ONLINE = "online-rl"
 
-#: Table 2's variants: the RLOptions switches each one turns off (``full`` turns off none).
+#: Table 2's variants: the RLOptions switches each one turns off (``full`` turns off none), and the
+#: standing control: the same run with the policy-gradient signal removed (``zero-advantage``).
 ABLATIONS: dict[str, dict[str, bool]] = {
     "full": {},
     "no-actor-critic": {"critic": False},
     "no-exploration": {"exploration": False},
     "no-replay": {"replay": False},
+    "zero-advantage": {"zero_advantage": True},
 }
+#: The variants that mean something for ``algo="improve"`` (no critic, exploration or replay there).
+IMPROVE_ABLATIONS = ("full", "zero-advantage")
+WARM_START = "warm-start"
 
 Progress = Callable[[str, int], None]  # (run name, updates done)
 
@@ -263,35 +270,77 @@ class EvalReport:
 
 
 def train_and_test(cfg: ExperimentConfig, plans: Sequence[RunPlan], reference: str, test_traces: int,
-                   workers: int = 2, progress: Progress | None = None) -> EvalReport:
-    """Train every plan, pick each run's best validated checkpoint, measure all on test traces in ``cfg``."""
+                   workers: int = 2, progress: Progress | None = None,
+                   warm_start: Path | None = None) -> EvalReport:
+    """Train every plan, pick each run's best validated checkpoint, measure all on test traces in ``cfg``.
+
+    ``warm_start``: also measure this checkpoint as it is (row ``warm-start``, no training).
+    """
     records = train_all(plans, workers, progress)
     test_seeds = seedsets.test(test_traces)
     specs = {r.name: f"dl2:{r.best}" for r in records}
+    if warm_start is not None:
+        specs[WARM_START] = f"dl2:{warm_start}"
     jct = _mean_jct(cfg, ["drf", *specs.values()], test_seeds, processes=workers)
     ref = float(jct[specs[reference]]["avg_jct"])
     rows = []
     for plan, rec in zip(plans, records, strict=True):
         row = jct[specs[rec.name]]
         rows.append({
-            "run": rec.name, "critic": plan.opts.critic, "exploration": plan.opts.exploration,
-            "replay": plan.opts.replay, "train_speed": rec.train_speed, "val_speed": rec.val_speed,
-            "best_update": rec.best_row.update, "best_val_avg_jct": rec.best_row.avg_jct,
+            "run": rec.name, "seed": plan.seed, "algo": plan.opts.algo, "critic": plan.opts.critic,
+            "exploration": plan.opts.exploration, "replay": plan.opts.replay,
+            "zero_advantage": plan.opts.zero_advantage, "train_speed": rec.train_speed,
+            "val_speed": rec.val_speed, "best_update": rec.best_row.update,
+            "best_val_avg_jct": rec.best_row.avg_jct,
             "test_avg_jct": float(row["avg_jct"]), "test_avg_jct_ci95": float(row["avg_jct_ci95"]),
             "test_completed": float(row["completed"]), "test_jobs": float(row["jobs"]),
             "slowdown": float(row["avg_jct"]) / ref if ref else math.nan,
             "checkpoint": str(rec.best),
         })
+    if warm_start is not None:
+        row = jct[specs[WARM_START]]
+        rows.append({"run": WARM_START, "best_update": 0, "test_avg_jct": float(row["avg_jct"]),
+                     "test_avg_jct_ci95": float(row["avg_jct_ci95"]),
+                     "test_completed": float(row["completed"]), "test_jobs": float(row["jobs"]),
+                     "slowdown": float(row["avg_jct"]) / ref if ref else math.nan,
+                     "checkpoint": str(warm_start)})
     return EvalReport(reference, test_seeds, float(jct["drf"]["avg_jct"]), rows)
 
 
 def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: RLOptions, test_traces: int,
-             out_dir: Path, workers: int = 2, progress: Progress | None = None) -> EvalReport:
-    """Table 2: ``full`` and one variant per switch of :data:`ABLATIONS`, same init, updates and seed."""
-    full = replace(opts, critic=True, exploration=True, replay=True)
-    plans = [RunPlan(name, cfg, init, replace(full, **off), updates, seed, out_dir / f"{name}.pt")
-             for name, off in ABLATIONS.items()]
-    return train_and_test(cfg, plans, "full", test_traces, workers, progress)
+             out_dir: Path, workers: int = 2, progress: Progress | None = None,
+             seeds: int = 1) -> EvalReport:
+    """Table 2 plus the zero-advantage control: ``full`` and one variant per entry of :data:`ABLATIONS`
+    (for ``algo="improve"``: :data:`IMPROVE_ABLATIONS`), same init and updates, training seeds
+    ``seed .. seed+seeds-1``, and the warm start itself; runs are named ``VARIANT`` (one seed) or
+    ``VARIANT@SEED``, the reference is ``full`` of the first seed."""
+    full = replace(opts, critic=True, exploration=True, replay=True, zero_advantage=False)
+    names = IMPROVE_ABLATIONS if opts.algo == "improve" else tuple(ABLATIONS)
+    plans = [RunPlan(_seeded(name, s, seeds), cfg, init, replace(full, **ABLATIONS[name]), updates, s,
+                     out_dir / f"{_seeded(name, s, seeds)}.pt")
+             for s in range(seed, seed + seeds) for name in names]
+    return train_and_test(cfg, plans, _seeded("full", seed, seeds), test_traces, workers, progress,
+                          warm_start=init)
+
+
+def _seeded(name: str, seed: int, seeds: int) -> str:
+    return name if seeds == 1 else f"{name}@{seed}"
+
+
+def by_variant(report: EvalReport) -> list[dict]:
+    """Per variant (runs grouped by the name before ``@``): mean, standard deviation, min and max of
+    the test average JCT over its training seeds, and the mean's ratio to the warm start's."""
+    groups: dict[str, list[float]] = {}
+    for row in report.rows:
+        groups.setdefault(row["run"].split("@")[0], []).append(row["test_avg_jct"])
+    warm = groups.get(WARM_START, [math.nan])[0]
+    out = []
+    for name, vals in groups.items():
+        arr = np.asarray(vals, dtype=np.float64)
+        out.append({"variant": name, "runs": len(vals), "mean": float(arr.mean()),
+                    "std": float(arr.std(ddof=1)) if len(vals) > 1 else 0.0, "min": float(arr.min()),
+                    "max": float(arr.max()), "vs_warm_start": float(arr.mean() / warm) if warm else math.nan})
+    return out
 
 
 def offline_rl(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: RLOptions, test_traces: int,

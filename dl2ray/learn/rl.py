@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class RLOptions:
     steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
     critic_warmup: int = 0  # first updates that train only the value network
     max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
-    algo: str = "paper"  # "paper": TD actor-critic on slot rewards; "improve": rollout policy improvement
+    algo: Literal["paper", "improve"] = "paper"  # see ALGOS
     zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
 
 

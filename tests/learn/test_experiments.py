@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import yaml
 from support import run_cli, small_config
@@ -21,7 +23,8 @@ TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
     workload={"num_jobs": 5, "arrivals": {"pattern": "poisson", "rate": 1.0, "max_per_slot": 2}},
     policy={"window": 6, "hidden": [32], "minibatch": 32, "replay_size": 256,
-            "sl_traces": 2, "sl_val_traces": 1, "sl_epochs": 2, "sl_max_slots": 50},
+            "sl_traces": 2, "sl_val_traces": 1, "sl_epochs": 2, "sl_max_slots": 50,
+            "improve": {"envs": 2, "slots_per_update": 2, "alternatives": 2, "horizon": 3}},
     sim={"max_slots": 150},  # a random-init greedy policy may never run a job
 )
 OPTS = RLOptions(traces=2, val_traces=1, val_every=1)
@@ -88,7 +91,7 @@ def test_cli_training_curve_trains_sl_first(capsys, tmp_path, tiny_yaml):
         assert json.loads((out / f"{run}.json").read_text())["seed"] == 3
 
 
-def test_cli_ablation_four_variants_full_is_the_unit(capsys, sl_ckpt, tmp_path, tiny_yaml):
+def test_cli_ablation_variants_control_and_warm_start(capsys, sl_ckpt, tmp_path, tiny_yaml):
     out = tmp_path / "abl"
     code, stdout, err = run_cli(capsys, "experiment", "ablation", "--config", tiny_yaml,
                                 "--init", str(sl_ckpt), "--updates", "1", "--val-traces", "1",
@@ -98,16 +101,36 @@ def test_cli_ablation_four_variants_full_is_the_unit(capsys, sl_ckpt, tmp_path, 
     doc = json.loads(stdout)
     assert doc["test_seeds"] == seeds.test(1) and doc["reference"] == "full"
     rows = _csv(out / "ablation.csv")
-    assert [r["run"] for r in rows] == ["full", "no-actor-critic", "no-exploration", "no-replay"]
+    names = ["full", "no-actor-critic", "no-exploration", "no-replay", "zero-advantage"]
+    assert [r["run"] for r in rows] == [*names, "warm-start"]
     assert float(rows[0]["slowdown"]) == 1.0
-    for r in rows:
+    full_jct = float(rows[0]["test_avg_jct"])
+    for r in rows[:-1]:
         opts = json.loads((out / f"{r['run']}.json").read_text())["options"]
-        assert (opts["critic"], opts["exploration"], opts["replay"]) == (
-            r["run"] != "no-actor-critic", r["run"] != "no-exploration", r["run"] != "no-replay")
-        full_jct = float(rows[0]["test_avg_jct"])
+        assert (opts["critic"], opts["exploration"], opts["replay"], opts["zero_advantage"]) == (
+            r["run"] != "no-actor-critic", r["run"] != "no-exploration", r["run"] != "no-replay",
+            r["run"] == "zero-advantage")
         assert float(r["slowdown"]) == pytest.approx(float(r["test_avg_jct"]) / full_jct)
         assert (out / f"{r['run']}.best.pt").is_file() and r["checkpoint"] == str(out / f"{r['run']}.best.pt")
         assert 0 <= float(r["test_completed"]) <= float(r["test_jobs"]) == TINY.workload.num_jobs
+    assert rows[-1]["checkpoint"] == str(sl_ckpt)
+    variants = {v["variant"]: v for v in doc["variants"]}
+    assert set(variants) == {*names, "warm-start"}
+    assert variants["warm-start"]["vs_warm_start"] == 1.0
+
+
+def test_ablation_over_seeds_with_the_improve_algorithm(sl_ckpt, tmp_path):
+    opts = replace(OPTS, algo="improve")
+    report = ex.ablation(TINY, sl_ckpt, 1, 5, opts, 1, tmp_path, workers=1, seeds=2)
+    assert [r["run"] for r in report.rows] == [
+        "full@5", "zero-advantage@5", "full@6", "zero-advantage@6", "warm-start"]
+    assert [r.get("seed") for r in report.rows[:4]] == [5, 5, 6, 6]
+    assert all(r["algo"] == "improve" for r in report.rows[:4])
+    per = {v["variant"]: v for v in ex.by_variant(report)}
+    full = [r["test_avg_jct"] for r in report.rows if r["run"].startswith("full@")]
+    assert per["full"]["runs"] == 2 and per["full"]["mean"] == pytest.approx(np.mean(full))
+    assert per["full"]["std"] == pytest.approx(np.std(full, ddof=1))
+    assert per["full"]["vs_warm_start"] == pytest.approx(np.mean(full) / report.rows[-1]["test_avg_jct"])
 
 
 def test_offline_rl_trains_on_analytic_and_validates_on_measured(sl_ckpt, tmp_path):
