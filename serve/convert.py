@@ -38,10 +38,16 @@ RESOLUTION = 1e-6
 ratios (shares, speeds) leave the floating-point range the schedulers compute in."""
 
 
-def _check_amounts(loc: Loc, values) -> None:
-    for name, v in zip(("cpu", "gpu", "mem"), values, strict=True):
-        if 0 < v < RESOLUTION:
-            raise ViewError((*loc, name), f"{v} is below the resolution {RESOLUTION} (use 0 or more)", v)
+def _check_amounts(loc: Loc, values: np.ndarray) -> None:
+    """``values`` of shape (3,) or (N, 3): the first amount in (0, RESOLUTION) raises. A ``"{}"`` in
+    ``loc`` stands for the row index (``("view", "nodes", "{}", "capacity")``)."""
+    tiny = (values > 0) & (values < RESOLUTION)
+    if tiny.any():
+        *row, r = (int(i) for i in np.argwhere(tiny)[0])
+        v = float(values[(*row, r)])
+        at = tuple(row[0] if part == "{}" else part for part in loc) if row else loc
+        raise ViewError((*at, ("cpu", "gpu", "mem")[r]),
+                        f"{v} is below the resolution {RESOLUTION} (use 0 or more)", v)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -51,18 +57,15 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 def _nodes(nodes: Sequence[NodeState]) -> tuple[np.ndarray, np.ndarray]:
     cap = np.array([(n.capacity.cpu, n.capacity.gpu, n.capacity.mem) for n in nodes], dtype=np.float64)
-    free = cap.copy()
-    for i, n in enumerate(nodes):
-        _check_amounts(("view", "nodes", i, "capacity"), cap[i])
-        if n.free is None:
-            continue
-        f = (n.free.cpu, n.free.gpu, n.free.mem)
-        for r, name in enumerate(("cpu", "gpu", "mem")):
-            if f[r] > cap[i, r]:
-                raise ViewError(("view", "nodes", i, "free", name),
-                                f"free {f[r]} exceeds the node's capacity {cap[i, r]}", f[r])
-        _check_amounts(("view", "nodes", i, "free"), f)
-        free[i] = f
+    _check_amounts(("view", "nodes", "{}", "capacity"), cap)
+    free = np.array([(n.capacity.cpu, n.capacity.gpu, n.capacity.mem) if n.free is None
+                     else (n.free.cpu, n.free.gpu, n.free.mem) for n in nodes], dtype=np.float64)
+    _check_amounts(("view", "nodes", "{}", "free"), free)
+    over = free > cap
+    if over.any():
+        i, r = (int(k) for k in np.argwhere(over)[0])
+        raise ViewError(("view", "nodes", i, "free", ("cpu", "gpu", "mem")[r]),
+                        f"free {free[i, r]} exceeds the node's capacity {cap[i, r]}", float(free[i, r]))
     return _readonly(cap), _readonly(free)
 
 
@@ -80,7 +83,8 @@ def _demand(loc: Loc, d: TaskDemand | None, default: np.ndarray) -> np.ndarray:
     if d is None:
         return default
     a = d.as_array()
-    _check_amounts(loc, a)
+    if any(0 < v < RESOLUTION for v in (d.cpu, d.gpu, d.mem)):
+        _check_amounts(loc, a)
     return _readonly(a)
 
 
