@@ -306,6 +306,8 @@ def ablation(
     traces: TracesOpt = 100,
     workers: WorkersOpt = 2,
     seeds: Annotated[int, typer.Option(help="training seeds per variant: SEED .. SEED+N-1")] = 1,
+    variants: Annotated[str | None, typer.Option(
+        help="comma-separated subset of the variants (full always runs), e.g. zero-advantage")] = None,
     rl_opt: RLOptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -318,8 +320,9 @@ def ablation(
     switches = {k: "each ablation variant" for k in ("critic", "exploration", "replay", "zero_advantage")}
     opts = rl_options(traces, val_traces, val_every, rl_opt, switches)
     out = _held_out_inputs(cfg, init, updates, test_traces, workers, out)
+    subset = None if variants is None else [v.strip() for v in variants.split(",") if v.strip()]
     with _Bars(updates) as bars:
-        report = ex.ablation(cfg, init, updates, seed, opts, test_traces, out, workers, bars, seeds)
+        report = ex.ablation(cfg, init, updates, seed, opts, test_traces, out, workers, bars, seeds, subset)
     _report(report, cfg, init, updates, seed, opts, out, "ablation", "Ablation (Table 2)", json_out,
             variants=ex.by_variant(report))
 

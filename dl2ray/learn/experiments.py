@@ -309,13 +309,19 @@ def train_and_test(cfg: ExperimentConfig, plans: Sequence[RunPlan], reference: s
 
 def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: RLOptions, test_traces: int,
              out_dir: Path, workers: int = 2, progress: Progress | None = None,
-             seeds: int = 1) -> EvalReport:
+             seeds: int = 1, variants: Sequence[str] | None = None) -> EvalReport:
     """Table 2 plus the zero-advantage control: ``full`` and one variant per entry of :data:`ABLATIONS`
     (for ``algo="improve"``: :data:`IMPROVE_ABLATIONS`), same init and updates, training seeds
     ``seed .. seed+seeds-1``, and the warm start itself; runs are named ``VARIANT`` (one seed) or
-    ``VARIANT@SEED``, the reference is ``full`` of the first seed."""
+    ``VARIANT@SEED``, the reference is ``full`` of the first seed. ``variants``: a subset (``full``
+    is always run)."""
     full = replace(opts, critic=True, exploration=True, replay=True, zero_advantage=False)
     names = IMPROVE_ABLATIONS if opts.algo == "improve" else tuple(ABLATIONS)
+    if variants is not None:
+        unknown = sorted(set(variants) - set(names))
+        if unknown:
+            raise UserError(f"--variants: unknown {unknown} for algo {opts.algo}; known: {list(names)}")
+        names = tuple(n for n in names if n == "full" or n in variants)
     plans = [RunPlan(_seeded(name, s, seeds), cfg, init, replace(full, **ABLATIONS[name]), updates, s,
                      out_dir / f"{_seeded(name, s, seeds)}.pt")
              for s in range(seed, seed + seeds) for name in names]

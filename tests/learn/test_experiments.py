@@ -119,6 +119,13 @@ def test_cli_ablation_variants_control_and_warm_start(capsys, sl_ckpt, tmp_path,
     assert variants["warm-start"]["vs_warm_start"] == 1.0
 
 
+def test_ablation_variant_subset_always_runs_full(sl_ckpt, tmp_path):
+    report = ex.ablation(TINY, sl_ckpt, 1, 0, OPTS, 1, tmp_path, workers=1, variants=["zero-advantage"])
+    assert [r["run"] for r in report.rows] == ["full", "zero-advantage", "warm-start"]
+    with pytest.raises(UserError, match="unknown"):
+        ex.ablation(TINY, sl_ckpt, 1, 0, OPTS, 1, tmp_path, workers=1, variants=["no-such"])
+
+
 def test_ablation_over_seeds_with_the_improve_algorithm(sl_ckpt, tmp_path):
     opts = replace(OPTS, algo="improve")
     report = ex.ablation(TINY, sl_ckpt, 1, 5, opts, 1, tmp_path, workers=1, seeds=2)
