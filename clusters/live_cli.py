@@ -139,11 +139,23 @@ def submit(
     raise typer.Exit(0 if state == "finished" else 1)
 
 
+def _job_status(ray, agent, name: str, patience_s: float = 120.0) -> dict[str, Any] | None:
+    """The job's status from the agent, waiting out an agent restart (Ray brings it back)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return ray.get(agent.job.remote(name), timeout=60)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            if time.monotonic() > deadline:
+                raise UserError("the agent did not answer for 2 minutes") from None
+            time.sleep(1.0)
+
+
 def _follow(ray, agent, name: str, poll: float) -> str:
     last: tuple = ()
     seen_events = 0
     while True:
-        st = ray.get(agent.job.remote(name))
+        st = _job_status(ray, agent, name)
         if st is None:
             print(f"{name}: the job disappeared", flush=True)
             return "failed"

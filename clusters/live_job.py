@@ -76,7 +76,17 @@ class JobHostImpl:
         """The job as it is now: state, progress, members (with pid and node), scaling events, history."""
         with self._spawn_lock:
             self.spawner.reap()
+        return self._status(self._coordinator_status())
+
+    def slot_status(self, slot: int) -> dict[str, Any]:
+        """:meth:`mark_slot` then :meth:`status`, with one coordinator query (the backend's snapshot)."""
+        with self._spawn_lock:
+            self.spawner.reap()
         st = self._coordinator_status()
+        self._close_slot(slot, st)
+        return self._status(st)
+
+    def _status(self, st) -> dict[str, Any]:
         members = self._members(st)
         plan = [m for m in members if m["state"] == "member"]
         return {
@@ -142,9 +152,11 @@ class JobHostImpl:
         The observation is what the job did since the previous mark: epochs
         trained, wall seconds, and the PS/workers it ran with.
         """
+        return self._close_slot(slot, self._coordinator_status())
+
+    def _close_slot(self, slot: int, st) -> dict[str, Any] | None:
         if self.history and self.history[-1]["slot"] >= slot - 1:
             return self.history[-1] if self.history[-1]["slot"] == slot - 1 else None
-        st = self._coordinator_status()
         now = time.time()
         epochs = st.epochs_done if st else self._final_epochs()
         plan = [m for m in st.members if m.state == "member"] if st else []
@@ -263,7 +275,7 @@ class JobHostImpl:
             if self.thread is not None:
                 self.thread.join(timeout=10)
         with self._spawn_lock:
-            self.spawner.close()
+            self.spawner.close(grace_s=0.0)
         return {"ok": True, "reason": "cancelled"}
 
     def kill_member(self, role: str) -> str | None:

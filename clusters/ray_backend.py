@@ -165,9 +165,13 @@ class RayBackend:
         nodes = ray_nodes()
         self._nodes = nodes
         hosts = self.hosts()
-        marks = [h.mark_slot.remote(slot) for h in hosts.values()]
-        ray.wait(marks, num_returns=len(marks), timeout=30)
-        self.last_status = self.statuses(hosts)
+        refs = {name: h.slot_status.remote(slot) for name, h in hosts.items()}
+        self.last_status = {}
+        for name, ref in refs.items():
+            try:
+                self.last_status[name] = ray.get(ref, timeout=30)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                continue  # a host that died is no job any more
         index = nodes.index()
         free = nodes.capacity.copy()
         jobs = []
@@ -225,6 +229,8 @@ class RayBackend:
             grows = target[0] > before[0] or target[1] > before[1]
             (ups if grows and target != (0, 0) else downs).append((action, st))
         self._run([(a, st, [], []) for a, st in downs], report)
+        if not ups:
+            return report
         usage = self._usage(nodes, index)
         placed = []
         for action, st in ups:
@@ -237,6 +243,8 @@ class RayBackend:
 
     def _run(self, todo: list, report: ApplyReport) -> None:
         """Issue the scale calls together, wait up to ``apply_wait_s``; late ones finish in the background."""
+        if not todo:
+            return
         refs = {}
         hosts = self.hosts()
         for action, _st, ps_nodes, worker_nodes in todo:

@@ -150,5 +150,10 @@ class RaySpawner:
             if rec is not None:
                 ray.kill(rec.handle)
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 15.0) -> None:
+        """End every member: wait up to ``grace_s`` for their ``run`` to return (a finished worker may
+        still be writing its output), then kill what is left (as ``ProcessSpawner.close`` does)."""
+        refs = [r.run_ref for r in self.members.values()]
+        if refs and grace_s > 0:
+            ray.wait(refs, num_returns=len(refs), timeout=grace_s)
         self.stop(list(self.members))

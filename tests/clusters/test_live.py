@@ -122,10 +122,11 @@ def test_scale_up_down_pause_resume_finish_equals_unscaled_training(backend, tmp
     run_with(0, 0)  # pause
     st = be.statuses()[spec.name]
     assert st["state"] == "paused" and st["workers"] == 0 and st["ps"] == 1
-    paused_at = st["epochs_done"]
     view = be.snapshot()
     assert (_job(view, jid).workers, _job(view, jid).ps) == (0, 0)
     assert (view.free[:, 0] == view.capacity[:, 0] - spec.ps.cpu).all()  # the kept PS holds its share
+    time.sleep(1.0)  # the coordinator learns the PS's last update from its next heartbeat
+    paused_at = epochs()
     time.sleep(2.0)
     assert epochs() == paused_at  # nothing trains while paused
     assert paused_at < spec.epochs

@@ -23,13 +23,10 @@ def agent(ray_session, tmp_path, request):
     from clusters.live_cli import teardown
 
     cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
-    learn = getattr(request, "param", False)
+    mode = getattr(request, "param", "")
+    learn = cfg.live.learn.model_copy(update={"enabled": mode == "learn", "steps_per_update": 4})
     cfg = cfg.model_copy(
-        update={
-            "live": cfg.live.model_copy(
-                update={"learn": cfg.live.learn.model_copy(update={"enabled": learn, "steps_per_update": 4})}
-            )
-        }
+        update={"live": cfg.live.model_copy(update={"learn": learn, "shadow": mode == "shadow"})}
     )
     cfg = cfg.model_copy(
         update={
@@ -153,7 +150,7 @@ def test_submit_without_a_cluster_says_so(tmp_path) -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", [True], indirect=True, ids=["learn"])
+@pytest.mark.parametrize("agent", ["learn"], indirect=True)
 def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> None:
     ray, handle, log_dir = agent
     spec = small_spec("learner", epochs=12)
@@ -167,9 +164,28 @@ def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> Non
     assert st["policy_version"] >= 1  # the agent decides with weights pulled after its pushes
     stats = ray.get(gp.stats.remote())
     assert stats["per_agent"].get(1000, 0) >= 2 and stats["updates"] >= 2
+    assert (log_dir / "global-policy.pt").is_file()
+    assert ray.get(handle.cancel.remote("learner"))["ok"]
+    assert ray.get(handle.job.remote("learner"))["state"] == "cancelled"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["shadow"], indirect=True)
+def test_shadow_mode_applies_drf_and_logs_what_the_policy_would_have_done(agent) -> None:
+    from clusters.report import live_report
+
+    ray, handle, log_dir = agent
+    spec = small_spec("shadowed", epochs=8)
+    assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
     wait_for(
         "the job to finish",
-        lambda: ray.get(handle.job.remote("learner"))["state"] == "finished",
+        lambda: ray.get(handle.job.remote("shadowed"))["state"] == "finished",
         timeout_s=300,
     )
-    assert (log_dir / "global-policy.pt").is_file()
+    st = ray.get(handle.status.remote())
+    assert st["shadow"] and st["guardrail_fallbacks"] == {}
+    rep = live_report(log_dir)
+    assert rep["decisions"] >= 2 and rep["applied_policy"] == 0
+    assert rep["applied_fallback"] == rep["decisions"] == rep["compared_slots"]
+    assert rep["fallback_reasons"] == {"shadow": rep["decisions"]}
