@@ -69,8 +69,9 @@ def _address(address: str | None, config: Path) -> str | None:
     """The Ray address to connect to; None means RAY_ADDRESS (Ray reads it itself)."""
     if address:
         return address
-    if os.environ.get("RAY_ADDRESS"):
-        return None
+    ray = sys.modules.get("ray")
+    if os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized()):
+        return None  # Ray reads RAY_ADDRESS itself; a connected driver (tests, scripts) is used as it is
     state = _state_file(_live_config(config)) if config.is_file() else None
     if state is None or not state.is_file():
         raise UserError("no Ray cluster: give --address, set RAY_ADDRESS, or run `dl2ray cluster up` first")
@@ -470,8 +471,10 @@ def cluster_report(
     ones (shadow mode), control-loop timings."""
     from clusters.report import live_report
 
-    cfg = _live_config(config)
-    doc = live_report(log_dir or cfg.resolve(cfg.live.log_dir))
+    if log_dir is None:
+        cfg = _live_config(config)
+        log_dir = cfg.resolve(cfg.live.log_dir)
+    doc = live_report(log_dir)
     if json_out:
         print(json.dumps(doc))
         return

@@ -4,12 +4,14 @@ duplicate members; bad job specs are refused naming the field while everything e
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import run_cli
 from test_live import small_spec, wait_for
 
 from clusters.live_config import load_live_config
@@ -172,7 +174,7 @@ def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> Non
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["shadow"], indirect=True)
-def test_shadow_mode_applies_drf_and_logs_what_the_policy_would_have_done(agent) -> None:
+def test_shadow_mode_applies_drf_and_logs_what_the_policy_would_have_done(agent, capsys) -> None:
     from clusters.report import live_report
 
     ray, handle, log_dir = agent
@@ -189,3 +191,19 @@ def test_shadow_mode_applies_drf_and_logs_what_the_policy_would_have_done(agent)
     assert rep["decisions"] >= 2 and rep["applied_policy"] == 0
     assert rep["applied_fallback"] == rep["decisions"] == rep["compared_slots"]
     assert rep["fallback_reasons"] == {"shadow": rep["decisions"]}
+
+    # the CLI on the same cluster (this process's driver)
+    code, out, _ = run_cli(capsys, "jobs", "list", "--json")
+    assert code == 0 and [(j["name"], j["state"]) for j in json.loads(out)["jobs"]] == [
+        ("shadowed", "finished")
+    ]
+    code, out, _ = run_cli(capsys, "jobs", "status", "shadowed", "--json")
+    assert code == 0 and json.loads(out)["events"][0]["change"] == "start"
+    code, out, _ = run_cli(capsys, "cluster", "status", "--json")
+    assert code == 0 and json.loads(out)["shadow"] is True
+    code, out, _ = run_cli(capsys, "cluster", "report", "--json", "--log-dir", str(log_dir))
+    assert code == 0 and json.loads(out)["applied_fallback"] >= rep["decisions"]
+    code, out, _ = run_cli(capsys, "jobs", "cancel", "shadowed", "--json")
+    assert code == 1 and "finished" in json.loads(out)["reason"]
+    code, _, err = run_cli(capsys, "jobs", "status", "nosuchjob")
+    assert code == 2 and "no job named 'nosuchjob'" in err
