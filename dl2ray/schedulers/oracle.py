@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dl2ray.errors import UserError
 from dl2ray.schedulers.optimus import Greedy
-from dl2ray.speed import SpeedModel
+from dl2ray.speed import SpeedModel, load_surfaces
 from dl2ray.view import Allocation, ClusterView
 
 
@@ -38,8 +38,6 @@ class Oracle:
     def from_config(cls, cfg) -> Oracle:
         if cfg is None:
             raise UserError("oracle reads the config's speed model: give a config")
-        from dl2ray.speed import load_surfaces
-
         surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
         return cls(SpeedModel(cfg.catalogue, surfaces, cfg.speed.model, cfg.speed.placement_aware))
 
