@@ -20,7 +20,7 @@ import numpy as np
 from dl2ray.jobspec import TaskDemand
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Observation, Tasks
 from dl2ray.workload import JobCatalogue
-from serve.schemas import JobAllocation, JobState, NodeState, ObservationIn, Resources, ViewIn
+from serve.schemas import MAX_NODES, JobAllocation, JobState, NodeState, ObservationIn, Resources, ViewIn
 
 Loc = tuple[str | int, ...]
 
@@ -56,6 +56,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 def _nodes(nodes: Sequence[NodeState]) -> tuple[np.ndarray, np.ndarray]:
+    """Per node (run lengths expanded): capacity and free, shape (N, 3), read-only."""
     cap = np.array([(n.capacity.cpu, n.capacity.gpu, n.capacity.mem) for n in nodes], dtype=np.float64)
     _check_amounts(("view", "nodes", "{}", "capacity"), cap)
     free = np.array([(n.capacity.cpu, n.capacity.gpu, n.capacity.mem) if n.free is None
@@ -66,6 +67,11 @@ def _nodes(nodes: Sequence[NodeState]) -> tuple[np.ndarray, np.ndarray]:
         i, r = (int(k) for k in np.argwhere(over)[0])
         raise ViewError(("view", "nodes", i, "free", ("cpu", "gpu", "mem")[r]),
                         f"free {free[i, r]} exceeds the node's capacity {cap[i, r]}", float(free[i, r]))
+    counts = np.array([n.count for n in nodes])
+    if counts.sum() > MAX_NODES:
+        raise ViewError(("view", "nodes"), f"{int(counts.sum())} nodes; at most {MAX_NODES} per view", None)
+    if (counts > 1).any():
+        cap, free = np.repeat(cap, counts, axis=0), np.repeat(free, counts, axis=0)
     return _readonly(cap), _readonly(free)
 
 
@@ -135,7 +141,7 @@ def to_view(view: ViewIn, catalogue: JobCatalogue, default_placement: str, max_j
         if job.job_id in seen:
             raise ViewError(("view", "jobs", i, "job_id"), f"job id {job.job_id} appears twice", job.job_id)
         seen.add(job.job_id)
-        jobs.append(_job(("view", "jobs", i), job, catalogue, len(view.nodes)))
+        jobs.append(_job(("view", "jobs", i), job, catalogue, len(cap)))
     return ClusterView(view.slot, view.slot_seconds, cap, free, tuple(jobs), catalogue,
                        view.placement or default_placement)
 
@@ -159,15 +165,26 @@ def _resources(row: np.ndarray) -> Resources:
     return Resources(cpu=float(row[0]), gpu=float(row[1]), mem=float(row[2]))
 
 
+def _node_runs(capacity: np.ndarray, free: np.ndarray) -> list[NodeState]:
+    """Consecutive identical nodes as one entry with a ``count`` (a 500-node cluster of one kind: 1 entry)."""
+    rows = np.concatenate([capacity, free], axis=1)
+    starts = [0, *(np.flatnonzero((rows[1:] != rows[:-1]).any(axis=1)) + 1).tolist()]
+    out = []
+    for k, i in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(rows)
+        same = bool((capacity[i] == free[i]).all())
+        out.append(NodeState(capacity=_resources(capacity[i]), free=None if same else _resources(free[i]),
+                             count=end - i))
+    return out
+
+
 def from_view(view: ClusterView, history: bool = True) -> ViewIn:
     """The request body's view for ``view`` (every field explicit, so the server's defaults do not matter).
 
     ``history=False`` leaves out the jobs' observations (a scheduler that does
     not read them, like the DL2 policy, decides the same; the body is smaller).
     """
-    same = np.array_equal(view.free, view.capacity)
-    nodes = [NodeState(capacity=_resources(view.capacity[i]), free=None if same else _resources(view.free[i]))
-             for i in range(view.num_nodes)]
+    nodes = _node_runs(view.capacity, view.free)
     jobs = [JobState(
         job_id=j.job_id, job_type=j.job_type, arrival_slot=j.arrival_slot, slots_run=j.slots_run,
         est_epochs=float(j.est_epochs), done_epochs=float(j.done_epochs), workers=j.workers, ps=j.ps,

@@ -24,6 +24,7 @@ MAX_COUNT = 1_000_000  # tasks, slots, ids of nodes: far above any cluster, far 
 MAX_ID = 2**53  # job ids: exact in a JSON number read as a double
 MAX_AMOUNT = 1e9  # cores / GPUs / GB on one node
 MAX_EPOCHS = 1e12
+MAX_NODES = 100_000  # nodes in one view, counts included
 
 PlacementName = Literal["load_balancing", "packing", "optimus"]
 
@@ -41,11 +42,14 @@ class Resources(_Message):
 
 
 class NodeState(_Message):
-    """One node: its capacity and what this slot's allocation may use (``free``; default: all of it)."""
+    """``count`` consecutive identical nodes (default 1): their capacity and what this slot's allocation
+    may use (``free``; default: all of it). Node indices (``worker_nodes``, the answer's nodes) count
+    every node: an entry with ``count`` 500 is nodes i..i+499."""
 
     capacity: Resources
     free: Resources | None = Field(
         default=None, description="free ≤ capacity per resource; omitted: equal to capacity")
+    count: int = Field(default=1, ge=1, le=MAX_NODES, description="identical consecutive nodes")
 
 
 class ObservationIn(_Message):

@@ -51,10 +51,11 @@ def views(draw):
         # the first node has CPUs: a cluster with no capacity at all is a 422 (test_http)
         cap = {"cpu": draw(st.floats(1, 64) if k == 0 else amount),
                "gpu": draw(st.sampled_from([0.0, 1.0, 2.0, 8.0])), "mem": draw(amount)}
-        node = {"capacity": cap}
+        node = {"capacity": cap, "count": draw(st.integers(1, 3))}
         if draw(st.booleans()):
             node["free"] = {k: v * draw(st.sampled_from([0.0, 0.5, 1.0])) for k, v in cap.items()}
         nodes.append(node)
+    total = sum(node["count"] for node in nodes)
     jobs = []
     for i in range(draw(st.integers(0, 45))):
         w = draw(st.integers(0, 3))
@@ -63,7 +64,7 @@ def views(draw):
                "arrival_slot": draw(st.integers(0, 50)), "slots_run": draw(st.integers(0, 200)),
                "est_epochs": draw(st.floats(1e-3, 1e6)), "done_epochs": draw(st.floats(0, 2e6)),
                "workers": w, "ps": draw(st.integers(0, 3)),
-               "worker_nodes": draw(st.lists(st.integers(0, n - 1), min_size=w, max_size=w)) if w else []}
+               "worker_nodes": draw(st.lists(st.integers(0, total - 1), min_size=w, max_size=w)) if w else []}
         if draw(st.booleans()):
             job["worker_demand"] = {"cpu": draw(amount), "gpu": draw(st.sampled_from([0.0, 1.0])),
                                     "mem": draw(amount)}
@@ -95,7 +96,8 @@ def _demand(job: dict, role: str) -> np.ndarray:
 def test_valid_views_are_decided_within_capacity_and_caps(endpoint, view, scheduler):
     r = requests.post(f"{endpoint.url}/v1/decide", json={"view": view, "scheduler": scheduler})
     assert r.status_code == 200, r.text
-    free = np.array([[*(n.get("free") or n["capacity"]).values()] for n in view["nodes"]])
+    free = np.array([[*(n.get("free") or n["capacity"]).values()] for n in view["nodes"]
+                     for _ in range(n["count"])])
     used = np.zeros_like(free)
     jobs = {j["job_id"]: j for j in view["jobs"]}
     for a in r.json()["allocation"]:

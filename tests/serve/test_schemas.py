@@ -81,3 +81,25 @@ def test_inconsistent_view_names_the_field(views):
     with pytest.raises(ViewError) as err:
         to_view(ViewIn.model_validate(body), view.catalogue, "packing", 100)
     assert err.value.loc == ("view", "jobs", job, "worker_nodes", 0)
+
+
+def test_identical_nodes_travel_as_one_entry_with_a_count(views):
+    v = views[-1]
+    assert [n.count for n in from_view(v).nodes] == [v.num_nodes]  # the testbed: 13 nodes of one kind
+    free = v.capacity.copy()
+    free[3] = 0.0
+    mixed = ClusterView(v.slot, v.slot_seconds, v.capacity, free, v.jobs, v.catalogue, v.placement)
+    assert [n.count for n in from_view(mixed).nodes] == [3, 1, v.num_nodes - 4]
+    _same_view(_through_json(mixed), mixed)
+
+
+def test_a_node_index_counts_every_node_of_a_run(views):
+    v = views[-1]
+    body = from_view(v).model_dump(mode="json")
+    job = next(i for i, j in enumerate(body["jobs"]) if j["workers"] > 0)
+    body["jobs"][job]["worker_nodes"] = [v.num_nodes - 1] * body["jobs"][job]["workers"]
+    assert to_view(ViewIn.model_validate(body), v.catalogue, "packing", 100).jobs[job].worker_nodes[0] == 12
+    body["nodes"] = [body["nodes"][0] | {"count": 60_000}] * 2  # each entry valid, 120,000 nodes in all
+    with pytest.raises(ViewError) as err:
+        to_view(ViewIn.model_validate(body), v.catalogue, "packing", 100)
+    assert err.value.loc == ("view", "nodes")
