@@ -29,7 +29,7 @@ from dl2ray.errors import UserError
 from dl2ray.learn import seeds as seedsets
 from dl2ray.policy.network import load_checkpoint, save_checkpoint
 
-HEURISTICS = ("fifo", "srtf", "drf", "tetris", "optimus")
+HEURISTICS = ("fifo", "srtf", "drf", "drf-static", "tetris", "optimus", "planner")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     save_checkpoint(pt, ckpt.policy, ckpt.value, cfg.catalogue.names, extra=provenance)
     test = seedsets.test(test_traces)
     spec = f"dl2:{pt}"
-    comp = compare(cfg, [*HEURISTICS, spec], test, processes=processes)
+    comp = compare(cfg, [*HEURISTICS, "oracle", spec], test, processes=processes, references=True)
     rows = comp.summary()
     for row in rows:
         if row["scheduler"] == spec:
@@ -129,7 +129,8 @@ def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
     else:
         lines.append("| supervised warm-start | none (RL from scratch) |")
     lines += [
-        f"| RL | {rl.get('updates')} updates, {opts.get('agents', rl.get('agents', 1))} agent(s), "
+        f"| RL | algorithm `{opts.get('algo', 'paper')}`, {rl.get('updates')} updates, "
+        f"{opts.get('agents', rl.get('agents', 1))} agent(s), "
         f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}"
         f"{_decay(policy)}, "
         f"lr {policy.get('rl_lr')}, critic {opts.get('critic')}, exploration {opts.get('exploration')}, "
@@ -145,8 +146,9 @@ def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
+        ref = " *(reference, not deployable)*" if r["scheduler"] in ("oracle", "lower-bound") else ""
         lines.append(
-            f"| {r['scheduler']} | {r['avg_jct']:.2f} ± {r['avg_jct_ci95']:.2f} | "
+            f"| {r['scheduler']}{ref} | {r['avg_jct']:.2f} ± {r['avg_jct_ci95']:.2f} | "
             f"{r.get('avg_jct_vs_drf', float('nan')):.3f} | {r['p95_jct']:.2f} | {r['makespan']:.1f} | "
             f"{r['completed']:.1f}/{r['jobs']:.0f} |"
         )
@@ -166,7 +168,8 @@ def reproduce(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
                     f"--epochs {r['epochs']} --seed {r['seed']}")
     o = rl.get("options", {})
     init = f" --init {rl['init']}" if rl.get("init") else ""
-    cmds.append(f"dl2ray train rl --config {config_path}{init} --updates {rl.get('updates')} "
+    algo = f" --algo {o['algo']}" if o.get("algo", "paper") != "paper" else ""
+    cmds.append(f"dl2ray train rl --config {config_path}{init}{algo} --updates {rl.get('updates')} "
                 f"--traces {o.get('traces')} --val-traces {o.get('val_traces')} "
                 f"--val-every {o.get('val_every')} --seed {rl.get('seed')} --out {run}")
     cmds.append(f"dl2ray train ship --config {config_path} --run {run} --name {name} "
