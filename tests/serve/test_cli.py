@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
 from support import CONFIGS, REPO, run_cli
+
+from serve.app import DEPLOYMENT_DEFAULTS, ServeSettings, build
 
 
 def test_serve_refuses_a_checkpoint_of_another_config_before_starting_anything(capsys):
@@ -22,3 +27,19 @@ def test_serve_scheduler_needs_a_url(capsys):
     assert code == 2 and "serve needs the endpoint's URL" in err
     code, _, err = run_cli(capsys, "simulate", "--scheduler", "serve:http://127.0.0.1:9")
     assert code == 2 and "cannot reach the endpoint" in err
+
+
+def test_config_yaml_is_a_valid_serve_config():
+    from ray.serve.schema import ServeDeploySchema
+
+    doc = yaml.safe_load((REPO / "serve" / "config.yaml").read_text(encoding="utf-8"))
+    schema = ServeDeploySchema.model_validate(doc)
+    (app,) = schema.applications
+    assert app.import_path == "serve.app:build"
+    settings = ServeSettings.model_validate(app.args)
+    assert Path(settings.config).name == "testbed.yaml"
+    assert Path(str(settings.checkpoint)).name == "dl2-testbed.pt"
+    (dep,) = app.deployments  # overrides the deployment the builder makes, by name
+    assert dep.name == DEPLOYMENT_DEFAULTS["name"]
+    assert dep.max_ongoing_requests == DEPLOYMENT_DEFAULTS["max_ongoing_requests"]
+    build(app.args)  # the builder takes the file's args
