@@ -9,7 +9,9 @@ Importing this module imports neither Ray nor FastAPI.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -127,4 +129,7 @@ def bench_serve(
     ckpt = checkpoint or Path(f"models/dl2-{cfg.name}.pt")
     if not ckpt.is_file():
         raise UserError(f"--checkpoint: {ckpt}: no such file")
-    emit(run(config, ckpt, rps, seconds, jobs, probe_seconds, seed), json_out)
+    # Ray prints its shutdown notices on stdout; --json promises one JSON object there and nothing else.
+    with contextlib.redirect_stdout(sys.stderr):
+        doc = run(config, ckpt, rps, seconds, jobs, probe_seconds, seed)
+    emit(doc, json_out)
