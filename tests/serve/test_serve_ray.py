@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 import requests
-from conftest import SHIPPED, TESTBED, free_port
+from serve_support import SHIPPED, TESTBED, free_port
 
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from serve.app import build

@@ -8,7 +8,7 @@ import shutil
 import time
 
 import pytest
-from conftest import SHIPPED, TESTBED
+from serve_support import SHIPPED, TESTBED
 
 from dl2ray.errors import UserError
 from serve.app import DecisionService

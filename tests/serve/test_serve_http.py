@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import requests
-from conftest import SHIPPED, TESTBED
+from serve_support import SHIPPED, TESTBED
 
 from dl2ray.errors import UserError
 from dl2ray.experiments import RunSpec, run_one

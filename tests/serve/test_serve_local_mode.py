@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import SHIPPED, TESTBED
+from serve_support import SHIPPED, TESTBED
 
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from serve.app import build
