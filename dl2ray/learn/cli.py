@@ -33,6 +33,10 @@ def train_sl(
     seed: Annotated[int, typer.Option(help="network init and shuffling seed")] = 0,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
     threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
+    train_trace: Annotated[list[Path] | None, typer.Option(
+        help="record this Parquet trace instead of generated training traces (repeatable)")] = None,
+    val_trace: Annotated[list[Path] | None, typer.Option(
+        help="validate on this Parquet trace instead of generated ones (repeatable)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Supervised warm-start: imitate a heuristic through the incremental decision loop."""
@@ -50,8 +54,14 @@ def train_sl(
     make_scheduler(name, cfg)
     if out.suffix != ".pt":
         raise UserError(f"--out: {out}: expected a .pt checkpoint path")
-    run = SLRun(name, traces or p.sl_traces, val_traces or p.sl_val_traces, epochs or p.sl_epochs,
-                seed, p.sl_max_slots)
+    for opt, files in (("--train-trace", train_trace), ("--val-trace", val_trace)):
+        for f in files or []:
+            if not f.is_file():
+                raise UserError(f"{opt}: {f}: no such trace file")
+    run = SLRun(name, len(train_trace) if train_trace else traces or p.sl_traces,
+                len(val_trace) if val_trace else val_traces or p.sl_val_traces, epochs or p.sl_epochs,
+                seed, p.sl_max_slots, tuple(str(f) for f in train_trace or ()),
+                tuple(str(f) for f in val_trace or ()))
     torch.set_num_threads(threads)
     with Progress(
         "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),

@@ -163,9 +163,11 @@ def reproduce(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
     cmds = []
     if sl is not None:
         r = sl["run"]
+        files = "".join(f" --train-trace {f}" for f in r.get("train_files", ())) + "".join(
+            f" --val-trace {f}" for f in r.get("val_files", ()))
         cmds.append(f"dl2ray train sl --config {config_path} --teacher {r['teacher']} "
                     f"--out {rl.get('init')} --traces {r['traces']} --val-traces {r['val_traces']} "
-                    f"--epochs {r['epochs']} --seed {r['seed']}")
+                    f"--epochs {r['epochs']} --seed {r['seed']}{files}")
     o = rl.get("options", {})
     init = f" --init {rl['init']}" if rl.get("init") else ""
     algo = f" --algo {o['algo']}" if o.get("algo", "paper") != "paper" else ""

@@ -17,6 +17,10 @@
    discounted return ``G_t = Σ_k γ^k r_{t+k}`` of each step's slot under the
    teacher (``γ = policy.gamma``, truncated at ``sl_max_slots``), so RL starts
    with a critic of the policy it starts from.
+Instead of generated traces, ``SLRun.train_files`` / ``val_files`` record fixed
+Parquet traces (e.g. segments of an imported real trace; the seeds then drive
+only the simulator's noise).
+
 3. **Report.** Per epoch: training loss and accuracy, validation loss and
    accuracy (greedy masked action == teacher action). At the end: average JCT
    of the greedy SL policy and of the teacher on the validation traces.
@@ -43,6 +47,7 @@ from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy, PolicyNet, ValueNet, build_networks, save_checkpoint
+from dl2ray.workload import Trace
 
 
 @dataclass
@@ -60,19 +65,28 @@ class Dataset:
         return int(self.actions.shape[0])
 
 
+def _simulators(cfg: ExperimentConfig, trace_seeds: Sequence[int], traces: Sequence[Trace] | None):
+    """``(simulator, seed)`` per run: generated traces by seed, or the fixed ``traces`` (seed: noise only)."""
+    from dl2ray.experiments import build_simulator
+
+    if traces is None:
+        sim = build_simulator(cfg)
+        return [(sim, seed) for seed in trace_seeds]
+    return [(build_simulator(cfg, t), seed) for t, seed in zip(traces, trace_seeds, strict=False)]
+
+
 def record(
     cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_slots: int,
-    on_trace: Callable[[], None] | None = None,
+    on_trace: Callable[[], None] | None = None, traces: Sequence[Trace] | None = None,
 ) -> Dataset:
-    """Run ``teacher`` on each trace seed and decompose every slot (up to ``max_slots``)."""
-    from dl2ray.experiments import build_simulator
+    """Run ``teacher`` on each trace seed (or on each of ``traces``, the seeds driving only the
+    simulator's noise) and decompose every slot (up to ``max_slots``)."""
     from dl2ray.learn.rollout import discounted_returns
     from dl2ray.schedulers.base import make_scheduler
 
     enc = Encoding.from_config(cfg)
-    sim = build_simulator(cfg)
     states, masks, actions, returns, short = [], [], [], [], 0
-    for seed in trace_seeds:
+    for sim, seed in _simulators(cfg, trace_seeds, traces):
         sched = make_scheduler(teacher, cfg)
         view = sim.reset(seed)
         if hasattr(sched, "reset"):
@@ -182,19 +196,18 @@ def train(
     return history
 
 
-def compare_jct(cfg: ExperimentConfig, policy: PolicyNet, teacher: str, trace_seeds: Sequence[int]) -> dict:
+def compare_jct(cfg: ExperimentConfig, policy: PolicyNet, teacher: str, trace_seeds: Sequence[int],
+                traces: Sequence[Trace] | None = None) -> dict:
     """Average JCT (slots; unfinished jobs counted until the run stopped, see
     :func:`dl2ray.metrics.censored_avg_jct`) of the greedy policy and of the teacher."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct, summarize_run
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
 
-    sim = build_simulator(cfg)
     fast = NumpyPolicy.from_torch(policy)
     per_trace = []
-    for seed in trace_seeds:
+    for sim, seed in _simulators(cfg, trace_seeds, traces):
         mine_run = run_episode(sim, DL2Scheduler.from_policy(fast), seed)
         theirs_run = run_episode(sim, make_scheduler(teacher, cfg), seed)
         mine = summarize_run(mine_run)
@@ -237,6 +250,8 @@ class SLRun:
     epochs: int
     seed: int
     max_slots: int
+    train_files: tuple[str, ...] = ()  # Parquet traces to record instead of generated training traces
+    val_files: tuple[str, ...] = ()  # ... and instead of generated validation traces
 
 
 def run_sl(
@@ -250,10 +265,11 @@ def run_sl(
     started = time.perf_counter()
     enc = Encoding.from_config(cfg)
     tick = progress or (lambda stage, n: None)
-    train_seeds = seedsets.training(run.traces)
-    val_seeds = seedsets.validation(run.val_traces)
-    data = record(cfg, run.teacher, train_seeds, run.max_slots, lambda: tick("record", 1))
-    val = record(cfg, run.teacher, val_seeds, run.max_slots, lambda: tick("record", 1))
+    train_traces, val_traces = _files(cfg, run.train_files), _files(cfg, run.val_files)
+    train_seeds = seedsets.training(len(train_traces) if train_traces else run.traces)
+    val_seeds = seedsets.validation(len(val_traces) if val_traces else run.val_traces)
+    data = record(cfg, run.teacher, train_seeds, run.max_slots, lambda: tick("record", 1), train_traces)
+    val = record(cfg, run.teacher, val_seeds, run.max_slots, lambda: tick("record", 1), val_traces)
     policy, value = build_networks(enc, cfg.policy.hidden, run.seed)
     writer = _writer(logdir)
 
@@ -265,7 +281,7 @@ def run_sl(
 
     history = train(policy, data, val, cfg.policy.sl_lr, run.epochs, cfg.policy.sl_batch_size,
                     run.seed, on_epoch, cfg.policy.sl_label_smoothing, value)
-    jct = compare_jct(cfg, policy, run.teacher, val_seeds)
+    jct = compare_jct(cfg, policy, run.teacher, val_seeds, val_traces)
     tick("evaluate", 1)
     if writer is not None:
         writer.add_scalar("sl/val_policy_avg_jct", jct["policy_avg_jct"], run.epochs)
@@ -278,6 +294,15 @@ def run_sl(
                         extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
         write_run_json(out.with_suffix(".json"), cfg, run, result)
     return policy, value, result
+
+
+def _files(cfg: ExperimentConfig, paths: Sequence[str]) -> list[Trace] | None:
+    """The Parquet traces at ``paths`` (None when there are none)."""
+    if not paths:
+        return None
+    from dl2ray.traces.parquet import read_trace
+
+    return [read_trace(p, cfg.catalogue) for p in paths]
 
 
 def write_run_json(path: Path, cfg: ExperimentConfig, run: SLRun, result: SLResult) -> None:

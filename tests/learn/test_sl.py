@@ -75,3 +75,27 @@ def test_value_network_is_fitted_to_the_returns():
     with torch.no_grad():
         after = float(((val_net(states) - target) ** 2).mean())
     assert after < 0.25 * before
+
+
+def test_sl_records_fixed_trace_files(tmp_path, capsys):
+    from support import run_cli
+
+    from dl2ray.traces.generate import generate_trace
+    from dl2ray.traces.parquet import write_trace
+
+    files = []
+    for i, seed in enumerate((11, 12, 13)):
+        files.append(tmp_path / f"t{i}.parquet")
+        write_trace(files[-1], generate_trace(TINY, seed), source="test", slot_seconds=1200.0)
+    by_file = record(TINY, "drf", seeds.training(2), 30,
+                     traces=[generate_trace(TINY, 11), generate_trace(TINY, 12)])
+    by_seed = record(TINY, "drf", [11, 12], 30)
+    assert len(by_file) == len(by_seed) and (by_file.actions == by_seed.actions).all()
+    run = SLRun("drf", traces=2, val_traces=1, epochs=1, seed=0, max_slots=30,
+                train_files=(str(files[0]), str(files[1])), val_files=(str(files[2]),))
+    _, _, res = run_sl(TINY, run)
+    assert res.train_seeds == seeds.training(2) and res.val_seeds == seeds.validation(1)
+    assert res.samples == len(by_file)
+    code, _, err = run_cli(capsys, "train", "sl", "--out", str(tmp_path / "x.pt"),
+                           "--train-trace", str(tmp_path / "missing.parquet"))
+    assert code == 2 and "--train-trace" in err and "no such trace file" in err
