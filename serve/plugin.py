@@ -82,7 +82,8 @@ def serve_command(
                              reload_every_s=reload_every, global_policy=global_policy,
                              global_namespace=namespace)
     _check_weights(settings)
-    start_ray()
+    started = start_ray()
+    import ray
     from ray import serve as ray_serve
 
     url = run_app(settings, host, port, blocking=False)
@@ -97,6 +98,8 @@ def serve_command(
         pass
     finally:
         ray_serve.shutdown()
+        if started:
+            ray.shutdown()
 
 
 def _check_weights(settings) -> None:
