@@ -23,12 +23,14 @@ def censored_avg_jct(r: RunResult) -> float:
     for a job still unfinished (a lower bound of its JCT). ``avg_jct`` of
     :func:`summarize_run` averages over finished jobs only, so a policy that
     starves jobs until ``sim.max_slots`` would look good there; model selection
-    uses this one.
+    uses this one. A job whose arrival slot the run never reached (it stopped at
+    ``sim.max_slots`` first) counts 0: it was never in the cluster, and a
+    negative time would pull the average below every finished job.
     """
     if not r.arrival:
         return float("nan")
     stop = float(len(r.rewards))
-    return float(np.mean([r.end_time.get(j, stop) - a for j, a in r.arrival.items()]))
+    return float(np.mean([max(r.end_time.get(j, stop) - a, 0.0) for j, a in r.arrival.items()]))
 
 
 def summarize_run(r: RunResult) -> dict[str, float]:

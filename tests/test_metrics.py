@@ -9,6 +9,8 @@ def test_censored_avg_jct_counts_unfinished_jobs_until_the_run_stopped():
     r.arrival, r.end_time, r.rewards = {0: 0, 1: 2, 2: 4}, {0: 3.5}, [0.1] * 10
     # job 0 finished at 3.5; jobs 1 and 2 still running after 10 slots
     assert censored_avg_jct(r) == (3.5 + (10 - 2) + (10 - 4)) / 3
+    r.arrival = {**r.arrival, 3: 25}  # arrives after the run stopped: never in the cluster, counts 0
+    assert censored_avg_jct(r) == (3.5 + (10 - 2) + (10 - 4) + 0) / 4
 
 
 def test_summary_counts_unfinished_jobs_and_reports_the_censored_average():
