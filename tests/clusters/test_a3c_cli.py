@@ -17,7 +17,7 @@ def test_the_entry_point_registers_the_plugin() -> None:
     plugins = load_plugins(Plugins({"bench": typer.Typer(), "train": train_app, "trace": typer.Typer()}))
     assert "clusters" in plugins.loaded and not plugins.failed
     assert plugins.multi_agent_rl is not None
-    assert [c.name for c in plugins.groups["bench"].registered_commands] == ["a3c"]
+    assert "a3c" in [c.name for c in plugins.groups["bench"].registered_commands]
 
 
 def test_a_broken_plugin_is_named_when_needed(capsys, monkeypatch) -> None:
