@@ -202,12 +202,15 @@ def train_rl(
 
 @app.command("ship")
 def train_ship(
-    run: Annotated[Path, typer.Option(help="the RL run's OUT.pt (OUT.best.pt, OUT.json beside it)")],
+    run: Annotated[Path, typer.Option(
+        help="the RL run's OUT.pt (OUT.best.pt, OUT.json beside it), or an SL checkpoint to ship as it is")],
     name: Annotated[str, typer.Option(help="model name: writes MODELS/NAME.pt, NAME.json, NAME.md")],
     config: Annotated[Path | None, typer.Option("--config", "-c", help="experiment YAML")] = None,
     models: Annotated[Path, typer.Option(help="output directory")] = Path("models"),
     test_traces: Annotated[int, typer.Option(min=1, help="test traces (test seed set)")] = 10,
     processes: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
+    trace: Annotated[Path | None, typer.Option(
+        help="test on this fixed Parquet trace (--test-traces noise seeds), not generated ones")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Ship a run's best checkpoint: slim NAME.pt, its run records and a model card with test-set JCTs."""
@@ -218,6 +221,9 @@ def train_ship(
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise UserError(f"--name: {name!r}: use letters, digits, '.', '_' or '-'")
     cfg = load_config(config)
-    shipped = ship(cfg, str(config or "configs/testbed.yaml"), run, name, models, test_traces, processes)
+    if trace is not None and not trace.is_file():
+        raise UserError(f"--trace: {trace}: no such trace file")
+    shipped = ship(cfg, str(config or "configs/testbed.yaml"), run, name, models, test_traces, processes,
+                   trace)
     emit({"checkpoint": str(shipped.checkpoint), "record": str(shipped.record), "card": str(shipped.card),
           "results": shipped.results}, json_out)

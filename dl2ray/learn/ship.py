@@ -51,8 +51,16 @@ def read_record(path: Path) -> dict:
         raise UserError(f"--run: {rec}: line {exc.lineno}: not JSON ({exc.msg})") from exc
 
 
-def _run_paths(run: Path) -> tuple[Path, dict, dict | None]:
-    """The best checkpoint of ``run``, its RL record, and the SL record of its init (if any)."""
+def _run_paths(run: Path) -> tuple[Path, dict | None, dict | None]:
+    """The best checkpoint of ``run``, its RL record, and the SL record of its init (if any).
+
+    ``run`` may also be an SL checkpoint (its record says ``"kind": "sl"``): shipped as it
+    is, with no RL record.
+    """
+    if run.is_file() and run.with_suffix(".json").is_file():
+        rec = read_record(run)
+        if rec.get("kind") == "sl":
+            return run, None, rec
     best = run.with_suffix(".best.pt")
     if not best.is_file():
         raise UserError(f"--run: {best}: no best checkpoint (was {run} written by `dl2ray train rl`?)")
@@ -65,9 +73,14 @@ def _run_paths(run: Path) -> tuple[Path, dict, dict | None]:
 
 
 def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: Path,
-         test_traces: int, processes: int | None = None) -> Shipped:
-    """Write ``NAME.pt``, ``NAME.json`` and ``NAME.md`` (see the module docstring)."""
+         test_traces: int, processes: int | None = None, trace_path: Path | None = None) -> Shipped:
+    """Write ``NAME.pt``, ``NAME.json`` and ``NAME.md`` (see the module docstring).
+
+    ``trace_path``: test on this fixed Parquet trace (the test seeds then drive only the
+    simulator's noise) instead of generated test traces.
+    """
     from dl2ray.experiments import compare
+    from dl2ray.traces.parquet import read_trace
 
     best, rl, sl = _run_paths(run)
     ckpt = load_checkpoint(best, catalogue=cfg.catalogue.names)
@@ -79,15 +92,18 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     save_checkpoint(pt, ckpt.policy, ckpt.value, cfg.catalogue.names, extra=provenance)
     test = seedsets.test(test_traces)
     spec = f"dl2:{pt}"
-    comp = compare(cfg, [*HEURISTICS, "oracle", spec], test, processes=processes, references=True)
+    trace = read_trace(trace_path, cfg.catalogue) if trace_path is not None else None
+    comp = compare(cfg, [*HEURISTICS, "oracle", spec], test, trace=trace, processes=processes,
+                   references=True)
     rows = comp.summary()
     for row in rows:
         if row["scheduler"] == spec:
             row["scheduler"] = f"dl2 ({name})"
     record.write_text(json.dumps({"name": name, "config_file": config_path, "rl": rl, "sl": sl,
-                                  "test_seeds": test, "test_results": rows}, indent=1) + "\n",
-                      encoding="utf-8")
-    card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test), encoding="utf-8")
+                                  "test_seeds": test, "test_trace": str(trace_path) if trace_path else None,
+                                  "test_results": rows}, indent=1) + "\n", encoding="utf-8")
+    card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test, trace_path),
+                    encoding="utf-8")
     return Shipped(pt, record, card, rows)
 
 
@@ -100,16 +116,17 @@ def _fmt_hours(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
-def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None, rows: list[dict],
-               test: list[int]) -> str:
+def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict | None, rows: list[dict],
+               test: list[int], trace_path: Path | None = None) -> str:
     """The card's Markdown (see the module docstring)."""
-    best = rl.get("best") or {}
-    opts = rl.get("options", {})
-    policy = rl.get("config", {}).get("policy", {})
+    src = rl if rl is not None else sl or {}
+    best = (rl or {}).get("best") or {}
+    opts = (rl or {}).get("options", {})
+    policy = src.get("config", {}).get("policy", {})
     lines = [
         f"# {name}",
         "",
-        f"DL2 policy for `{config_path}` (config `{rl.get('config', {}).get('name', '?')}`), "
+        f"DL2 policy for `{config_path}` (config `{src.get('config', {}).get('name', '?')}`), "
         f"J = {policy.get('window')} jobs per window, hidden layers {policy.get('hidden')}.",
         "",
         "## Training",
@@ -128,19 +145,15 @@ def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
         ]
     else:
         lines.append("| supervised warm-start | none (RL from scratch) |")
+    if rl is None:
+        lines += ["| RL | none: the supervised checkpoint is shipped as it is |"]
+    else:
+        lines += _rl_rows(rl, opts, policy, best)
+    where = (f"the fixed trace `{trace_path}`, {len(test)} noise seed(s) {test[0]}..{test[-1]}"
+             if trace_path else f"{len(test)}: seeds {test[0]}..{test[-1]}")
     lines += [
-        f"| RL | algorithm `{opts.get('algo', 'paper')}`, {rl.get('updates')} updates, "
-        f"{opts.get('agents', rl.get('agents', 1))} agent(s), "
-        f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}"
-        f"{_decay(policy)}, "
-        f"lr {policy.get('rl_lr')}, critic {opts.get('critic')}, exploration {opts.get('exploration')}, "
-        f"replay {opts.get('replay')} |",
-        f"| RL wall time | {_fmt_hours(rl.get('wall_seconds', 0.0))} |",
-        f"| shipped checkpoint | update {best.get('update')} (best validation avg JCT "
-        f"{best.get('avg_jct', float('nan')):.2f} slots; DRF {rl.get('baseline_avg_jct', float('nan')):.2f} "
-        f"on the same {len(rl.get('val_seeds', []))} validation traces) |",
         "",
-        f"## Test traces ({len(test)}: seeds {test[0]}..{test[-1]}, never used for training or selection)",
+        f"## Test traces ({where}, never used for training or selection)",
         "",
         "| scheduler | avg JCT (slots) | avg JCT / DRF | p95 JCT | makespan | jobs done |",
         "|---|---|---|---|---|---|",
@@ -152,28 +165,46 @@ def model_card(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
             f"{r.get('avg_jct_vs_drf', float('nan')):.3f} | {r['p95_jct']:.2f} | {r['makespan']:.1f} | "
             f"{r['completed']:.1f}/{r['jobs']:.0f} |"
         )
-    commands = reproduce(name, config_path, run, rl, sl, len(test))
+    commands = reproduce(name, config_path, run, rl, sl, len(test), trace_path)
     lines += ["", "## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(lines)
 
 
-def reproduce(name: str, config_path: str, run: str, rl: dict, sl: dict | None,
-              test_traces: int) -> list[str]:
+def _rl_rows(rl: dict, opts: dict, policy: dict, best: dict) -> list[str]:
+    return [
+        f"| RL | algorithm `{opts.get('algo', 'paper')}`, {rl.get('updates')} updates, "
+        f"{opts.get('agents', rl.get('agents', 1))} agent(s), "
+        f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}"
+        f"{_decay(policy)}, "
+        f"lr {policy.get('rl_lr')}, critic {opts.get('critic')}, exploration {opts.get('exploration')}, "
+        f"replay {opts.get('replay')} |",
+        f"| RL wall time | {_fmt_hours(rl.get('wall_seconds', 0.0))} |",
+        f"| shipped checkpoint | update {best.get('update')} (best validation avg JCT "
+        f"{best.get('avg_jct', float('nan')):.2f} slots; DRF {rl.get('baseline_avg_jct', float('nan')):.2f} "
+        f"on the same {len(rl.get('val_seeds', []))} validation traces) |",
+    ]
+
+
+def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict | None,
+              test_traces: int, trace_path: Path | None = None) -> list[str]:
     """The commands that rebuild this model from its run records (same seeds → same networks)."""
     cmds = []
     if sl is not None:
         r = sl["run"]
         files = "".join(f" --train-trace {f}" for f in r.get("train_files", ())) + "".join(
             f" --val-trace {f}" for f in r.get("val_files", ()))
+        out = rl.get("init") if rl is not None else run
         cmds.append(f"dl2ray train sl --config {config_path} --teacher {r['teacher']} "
-                    f"--out {rl.get('init')} --traces {r['traces']} --val-traces {r['val_traces']} "
+                    f"--out {out} --traces {r['traces']} --val-traces {r['val_traces']} "
                     f"--epochs {r['epochs']} --seed {r['seed']}{files}")
-    o = rl.get("options", {})
-    init = f" --init {rl['init']}" if rl.get("init") else ""
-    algo = f" --algo {o['algo']}" if o.get("algo", "paper") != "paper" else ""
-    cmds.append(f"dl2ray train rl --config {config_path}{init}{algo} --updates {rl.get('updates')} "
-                f"--traces {o.get('traces')} --val-traces {o.get('val_traces')} "
-                f"--val-every {o.get('val_every')} --seed {rl.get('seed')} --out {run}")
+    if rl is not None:
+        o = rl.get("options", {})
+        init = f" --init {rl['init']}" if rl.get("init") else ""
+        algo = f" --algo {o['algo']}" if o.get("algo", "paper") != "paper" else ""
+        cmds.append(f"dl2ray train rl --config {config_path}{init}{algo} --updates {rl.get('updates')} "
+                    f"--traces {o.get('traces')} --val-traces {o.get('val_traces')} "
+                    f"--val-every {o.get('val_every')} --seed {rl.get('seed')} --out {run}")
+    trace = f" --trace {trace_path}" if trace_path else ""
     cmds.append(f"dl2ray train ship --config {config_path} --run {run} --name {name} "
-                f"--test-traces {test_traces}")
+                f"--test-traces {test_traces}{trace}")
     return cmds

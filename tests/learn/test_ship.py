@@ -53,3 +53,20 @@ def test_ship_cli_rejects_bad_input(tmp_path, capsys):
     assert code == 2 and "--run" in err and "none.best.pt" in err
     code, _, err = run_cli(capsys, "train", "ship", "--run", str(tmp_path / "none.pt"), "--name", "../x")
     assert code == 2 and "--name" in err
+
+
+def test_ship_an_sl_checkpoint_on_a_fixed_trace(tmp_path):
+    from dl2ray.traces.generate import generate_trace
+    from dl2ray.traces.parquet import write_trace
+
+    sl = tmp_path / "sl.pt"
+    run_sl(TINY, SLRun("drf", traces=2, val_traces=1, epochs=1, seed=0, max_slots=50), out=sl)
+    trace = write_trace(tmp_path / "t.parquet", generate_trace(TINY, 99), source="test", slot_seconds=1200.0)
+    shipped = ship(TINY, "tiny.yaml", sl, "dl2-sl", tmp_path / "models", test_traces=1, processes=1,
+                   trace_path=trace)
+    rec = json.loads(shipped.record.read_text())
+    assert rec["rl"] is None and rec["sl"]["teacher"] == "drf" and rec["test_trace"] == str(trace)
+    card = shipped.card.read_text()
+    assert "RL | none" in card and f"the fixed trace `{trace}`" in card
+    assert f"--run {sl} --name dl2-sl --test-traces 1 --trace {trace}" in card
+    assert f"dl2ray train sl --config tiny.yaml --teacher drf --out {sl}" in card
