@@ -137,11 +137,9 @@ def bench_decide(
     ``cpu_*_ms``: the process's CPU time for the same runs (what a loaded machine
     does not inflate, unlike the wall-clock ``p50_ms``/``p99_ms``).
     """
-    from dl2ray.experiments import build_simulator
     from dl2ray.policy.decision import decide_slot
     from dl2ray.policy.encoding import Encoding
     from dl2ray.policy.network import NumpyPolicy, build_networks, load_checkpoint
-    from dl2ray.schedulers.drf import DRF
 
     cfg = load_config(config)
     enc = Encoding.from_config(cfg)
@@ -150,14 +148,7 @@ def bench_decide(
     else:
         net = load_checkpoint(policy, expect=enc, catalogue=cfg.catalogue.names).policy
     numpy_policy = NumpyPolicy.from_torch(net)
-    sim, drf = build_simulator(cfg), DRF()
-    view = sim.reset(seed)
-    while len(view.jobs) < jobs and not sim.done:
-        view = sim.step(drf.decide(view)).view
-    if len(view.jobs) < jobs:
-        raise UserError(f"the trace never has {jobs} jobs at once; lower --jobs")
-    view = ClusterView(view.slot, view.slot_seconds, view.capacity, view.free, view.jobs[:jobs],
-                       view.catalogue, view.placement)
+    view = busy_view(cfg, jobs, seed)
     rng = np.random.default_rng(seed)
     times, cpu, steps, tasks = [], [], [], []
     for _ in range(repeats + 5):  # the first few warm caches and are dropped
@@ -177,3 +168,18 @@ def bench_decide(
            "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
            "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
            "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
+
+
+def busy_view(cfg, jobs: int, seed: int):
+    """The config's cluster run with DRF until ``jobs`` jobs are present, cut to the first ``jobs``."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.schedulers.drf import DRF
+
+    sim, drf = build_simulator(cfg), DRF()
+    view = sim.reset(seed)
+    while len(view.jobs) < jobs and not sim.done:
+        view = sim.step(drf.decide(view)).view
+    if len(view.jobs) < jobs:
+        raise UserError(f"the trace never has {jobs} jobs at once; lower --jobs")
+    return ClusterView(view.slot, view.slot_seconds, view.capacity, view.free, view.jobs[:jobs],
+                       view.catalogue, view.placement)

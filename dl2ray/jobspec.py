@@ -41,6 +41,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dl2ray.config import format_validation_error
 from dl2ray.errors import UserError
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
@@ -157,11 +158,7 @@ def parse_jobspec(raw: object, source: str = "job spec") -> JobSpec:
     try:
         return JobSpec.model_validate(raw)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-            lines.append(f"{source}: {loc}: {err['msg']}")
-        raise UserError("\n".join(lines)) from None
+        raise UserError(format_validation_error(source, exc)) from None
 
 
 def load_jobspec(path: str | Path) -> JobSpec:

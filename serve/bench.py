@@ -41,23 +41,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def busy_view(cfg, jobs: int, seed: int):
-    """The config's cluster run with DRF until ``jobs`` jobs are present, cut to the first ``jobs``."""
-    from dl2ray.errors import UserError
-    from dl2ray.experiments import build_simulator
-    from dl2ray.schedulers.drf import DRF
-    from dl2ray.view import ClusterView
-
-    sim, drf = build_simulator(cfg), DRF()
-    view = sim.reset(seed)
-    while len(view.jobs) < jobs and not sim.done:
-        view = sim.step(drf.decide(view)).view
-    if len(view.jobs) < jobs:
-        raise UserError(f"the trace never has {jobs} jobs at once; lower --jobs")
-    return ClusterView(view.slot, view.slot_seconds, view.capacity, view.free, view.jobs[:jobs],
-                       view.catalogue, view.placement)
-
-
 def _ms(xs) -> dict[str, float]:
     a = np.asarray(xs, dtype=np.float64) * 1e3
     return {"p50_ms": round(float(np.percentile(a, 50)), 3), "p99_ms": round(float(np.percentile(a, 99)), 3)}
@@ -194,6 +177,7 @@ def _measure(url: str, body: bytes, rps: float, seconds: float, probe_s: float) 
 
 
 def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s: float, seed: int) -> dict:
+    from dl2ray.bench import busy_view
     from dl2ray.config import load_config
     from serve.app import ServeSettings
     from serve.client import ServeScheduler
