@@ -53,6 +53,12 @@ def test_ship_cli_rejects_bad_input(tmp_path, capsys):
     assert code == 2 and "--run" in err and "none.best.pt" in err
     code, _, err = run_cli(capsys, "train", "ship", "--run", str(tmp_path / "none.pt"), "--name", "../x")
     assert code == 2 and "--name" in err
+    code, _, err = run_cli(capsys, "train", "ship", "--run", str(tmp_path / "none.pt"), "--name", "m",
+                           "--trace", str(tmp_path / "missing.parquet"))
+    assert code == 2 and "--trace" in err and "no such trace file" in err
+    code, _, err = run_cli(capsys, "train", "rl", "--updates", "1", "--out", str(tmp_path / "x.pt"),
+                           "--algo", "magic")
+    assert code == 2 and "--algo" in err and "improve" in err and len(err.strip().splitlines()) == 1
 
 
 def test_ship_an_sl_checkpoint_on_a_fixed_trace(tmp_path):
