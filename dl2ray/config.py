@@ -284,6 +284,18 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "testbed.yaml"
 
 
+def read_yaml(path: Path, what: str, error: type[Exception] = ConfigError) -> object:
+    """The parsed YAML document at ``path``; ``error`` naming the file when it cannot be read or parsed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML: {exc}") from None
+
+
 def load_config(path: str | Path | None = None) -> ExperimentConfig:
     """Load and validate a config file (default: ``configs/testbed.yaml``).
 
@@ -291,14 +303,7 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
     including the job-type catalogue it names.
     """
     path = Path(path) if path is not None else DEFAULT_CONFIG
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    raw = read_yaml(path, "config", ConfigError)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dl2ray.config import format_validation_error
+from dl2ray.config import format_validation_error, read_yaml
 from dl2ray.errors import UserError
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
@@ -164,15 +163,7 @@ def parse_jobspec(raw: object, source: str = "job spec") -> JobSpec:
 def load_jobspec(path: str | Path) -> JobSpec:
     """Read and validate a job spec file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read job spec: {exc.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {exc}") from None
-    return parse_jobspec(raw, str(path))
+    return parse_jobspec(read_yaml(path, "job spec", UserError), str(path))
 
 
 def check_spec(spec: JobSpec, job_types: tuple[str, ...], node_capacity: np.ndarray) -> None:
