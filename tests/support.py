@@ -31,3 +31,17 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
         code = int(exc.code or 0)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def wait_for(what: str, check, timeout_s: float = 180.0, poll_s: float = 0.3):
+    """Poll ``check()`` until it returns something truthy (returned); AssertionError naming ``what``
+    after ``timeout_s``. Live tests wait on conditions, never on fixed sleeps."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")

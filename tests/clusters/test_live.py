@@ -7,11 +7,11 @@ Every wait polls live state with a generous deadline (hang protection only).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support import wait_for
 
 from dl2ray.config import load_config
 from dl2ray.jobspec import JobSpec, parse_jobspec
@@ -38,16 +38,6 @@ def small_spec(name: str, **change) -> JobSpec:
         "sample_delay_s": 0.01,
     }
     return parse_jobspec({**raw, **change})
-
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = 180.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import run_cli
-from test_live import small_spec, wait_for
+from support import run_cli, wait_for
+from test_live import small_spec
 
 from clusters.live_config import load_live_config
 

@@ -7,12 +7,12 @@ checkpoint, then follows a GlobalPolicy actor (fresh networks) of the test's Ray
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
 import requests
 from serve_support import SHIPPED, TESTBED, free_port
+from support import wait_for
 
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from serve.app import build
@@ -20,14 +20,6 @@ from serve.client import ServeScheduler
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +59,7 @@ def test_serves_over_http_and_follows_the_global_policy(served, views, testbed, 
     url, gp = served
     version = lambda: requests.get(f"{url}/v1/policy").json()["version"]  # noqa: E731
     # The app started on the shipped checkpoint; the first pull replaces it with the actor's weights.
-    wait_for(lambda: version() == "global:dl2ray-test-global@0", what="the first pull")
+    wait_for("the first pull", lambda: version() == "global:dl2ray-test-global@0", 60.0, 0.1)
     client = ServeScheduler(url)
     assert [list(client.decide(v).tasks.items()) for v in views] == _decisions(
         _pulled(gp, ray_session, testbed), views)
@@ -78,7 +70,7 @@ def test_serves_over_http_and_follows_the_global_policy(served, views, testbed, 
     _, weights = ray_session.get(gp.get_weights.remote())
     step = np.random.default_rng(0).normal(0, 1.0, weights.shape).astype(np.float32)
     assert ray_session.get(gp.apply_gradients.remote(step, 0)) == 1
-    wait_for(lambda: version() == "global:dl2ray-test-global@1", what="the second pull")
+    wait_for("the second pull", lambda: version() == "global:dl2ray-test-global@1", 60.0, 0.1)
     assert _decisions(client, views) == _decisions(_pulled(gp, ray_session, testbed), views)
     assert client.last_version == "global:dl2ray-test-global@1"
     assert requests.get(f"{url}/v1/policy").json()["reloads"] == 2
