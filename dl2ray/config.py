@@ -233,6 +233,51 @@ class PolicyConfig(_Frozen):
     improve: ImproveConfig = ImproveConfig()
 
 
+class InterferenceConfig(_Frozen):
+    """Hidden pairwise co-location interference of gang mode (:mod:`dl2ray.gang`); schedulers never read it.
+
+    A task of type ``t`` on a node slows by ``(1 + Σ_r kappa_r·u_{t,r}·Σ_{foreign tasks on the node}
+    u_{t',r})^(−eta)`` with ``u`` = ``contention[type]`` over the resources (cpu, disk, net, pcie);
+    a job runs at its slowest task's speed. ``eta > 1`` makes the slowdown non-linear in the load.
+    """
+
+    kappa: tuple[float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0), description="weight per contended resource (cpu, disk, net, pcie)")
+    eta: float = Field(default=1.5, gt=0, description="exponent of the slowdown")
+    contention: dict[str, tuple[float, float, float, float]] = Field(
+        default_factory=dict, description="job type -> its use u of (cpu, disk, net, pcie), each in [0, 1]")
+
+
+class GangConfig(_Frozen):
+    """Opt-in non-preemptive gang mode (SCHED², Harmony; :mod:`dl2ray.gang`). Absent: the DL2 simulator.
+
+    Jobs have a fixed size (``JobSpec.workers``/``ps``) and run with exactly it or not at all; a running
+    job keeps its nodes until it completes. ``workload: philly`` draws all-reduce jobs (GPU count and
+    duration) from the Philly CSV (:mod:`dl2ray.gang_trace`); ``synthetic`` draws
+    ``cfg.workload`` and gives every job ``U{min_tasks..max_tasks}`` workers and PS.
+    """
+
+    workload: Literal["philly", "synthetic"] = "synthetic"
+    philly_csv: str = Field(default="../../shared/data/philly_jobs.csv",
+                            description="the Philly CSV, relative to the config file")
+    one_gpu_share: float | None = Field(
+        default=None, ge=0, le=1,
+        description="philly: resample so this fraction of jobs uses 1 GPU (None: as is)")
+    arrival_scale: float = Field(
+        default=1.0, gt=0, description="philly: inter-arrival times multiplied by this")
+    max_gpus: int = Field(default=120, ge=1, description="philly: GPU counts capped at this")
+    min_duration_s: float = Field(default=60.0, gt=0, description="philly: durations clipped below, s")
+    max_duration_s: float = Field(default=86400.0, gt=0, description="philly: durations clipped above, s")
+    type_mix: dict[str, float] = Field(
+        default_factory=dict, description="philly: job type -> weight (empty: uniform over the catalogue)")
+    locality: dict[str, float] = Field(
+        default_factory=dict, description="all-reduce type -> beta: a job spanning s servers runs "
+        "1 + beta·2(s−1)/s times slower than on one (profiled; schedulers may read it)")
+    min_tasks: int = Field(default=1, ge=1, description="synthetic: fewest workers (and PS) of a job")
+    max_tasks: int = Field(default=4, ge=1, description="synthetic: most workers (and PS) of a job")
+    interference: InterferenceConfig = InterferenceConfig()
+
+
 class ExperimentConfig(_Frozen):
     """The whole experiment: one YAML file."""
 
@@ -243,6 +288,7 @@ class ExperimentConfig(_Frozen):
     speed: SpeedConfig = SpeedConfig()
     sim: SimConfig = SimConfig()
     policy: PolicyConfig = PolicyConfig()
+    gang: GangConfig | None = Field(default=None, description="opt-in gang mode (dl2ray.gang); None: DL2")
     base_dir: str = Field(default=".", description="set by the loader: the config's folder")
 
     def resolve(self, relative: str) -> Path:
