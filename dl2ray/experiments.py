@@ -54,7 +54,15 @@ def _speed_model(cfg: ExperimentConfig) -> SpeedModel:
 def build_simulator(
     cfg: ExperimentConfig, trace: Trace | None = None, record_events: bool = False
 ) -> Simulator:
-    """The composition of config, measured speed model and (optional) fixed trace."""
+    """The composition of config, measured speed model and (optional) fixed trace.
+
+    A config with a ``gang`` group gets the non-preemptive gang-mode simulator
+    (:class:`dl2ray.gang.GangSimulator`, a :class:`Simulator` with the same reset/step).
+    """
+    if cfg.gang is not None:
+        from dl2ray.gang import GangSimulator
+
+        return GangSimulator(cfg, _speed_model(cfg), trace, record_events)
     return Simulator(cfg, _speed_model(cfg), trace, record_events)
 
 

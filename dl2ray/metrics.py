@@ -63,6 +63,8 @@ def summarize_run(r: RunResult) -> dict[str, float]:
         "completed": float(len(r.end_time)),
         "unfinished": float(len(r.arrival) - len(r.end_time)),
         "censored_avg_jct": censored_avg_jct(r),
+        # gang mode (dl2ray.gang) adds waiting/execution time, effectiveness and fragmentation
+        **(r.extra_metrics() if hasattr(r, "extra_metrics") else {}),
     }
 
 
@@ -80,7 +82,8 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 def aggregate(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     """Mean over runs of every metric, plus ``<metric>_ci95`` half-widths."""
     out: dict[str, float] = {}
-    for key in RUN_METRICS:
+    extra = [k for k in (runs[0] if runs else {}) if k not in RUN_METRICS]
+    for key in (*RUN_METRICS, *extra):
         mean, half = mean_ci95([r[key] for r in runs])
         out[key] = mean
         out[f"{key}_ci95"] = half

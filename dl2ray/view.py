@@ -45,7 +45,10 @@ class JobView:
     read-only arrays in (cpu, gpu, mem) order. ``requested_bundles`` is the
     size the job's user asked for (bundles of 1 worker + 1 PS: the trace's, or
     the config's ``workload.requested_bundles``), None when nobody said
-    (:attr:`requested_limit` then falls back to the caps).
+    (:attr:`requested_limit` then falls back to the caps). ``fixed_tasks``: in
+    gang mode (:mod:`dl2ray.gang`) the job's one size — it runs with exactly
+    these workers and PS or not at all, and keeps them until it completes;
+    None in the DL2 simulator.
     """
 
     job_id: int
@@ -65,6 +68,7 @@ class JobView:
     max_ps: int
     history: tuple[Observation, ...] = ()
     requested_bundles: int | None = None
+    fixed_tasks: Tasks | None = None
 
     @property
     def bundle_cap(self) -> int:

@@ -128,7 +128,9 @@ class JobSpec:
     ``requested_bundles`` is the size its user asked for, in bundles of
     1 worker + 1 PS (the DL2 paper's "user-defined threshold"; an imported
     job's GPU count), or None when the trace names none — then the config's
-    ``workload.requested_bundles`` applies.
+    ``workload.requested_bundles`` applies. ``workers``/``ps``: the fixed size of a
+    job in gang mode (:mod:`dl2ray.gang`; an all-reduce job has ``ps = 0``), None
+    in the DL2 simulator.
     """
 
     job_id: int
@@ -137,6 +139,8 @@ class JobSpec:
     true_epochs: float
     est_epochs: float
     requested_bundles: int | None = None
+    workers: int | None = None
+    ps: int | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_slot < 0:

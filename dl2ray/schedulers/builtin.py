@@ -52,6 +52,10 @@ def register_builtin() -> None:
 
     register("dl2", dl2)
 
+    # gang mode (dl2ray.gang): SCHED²'s job-selection baselines and its DQN, Harmony's placements
+    for name in ("sif", "dsif", "saf", "lrf", "spf", "fifo-gang"):
+        register(name, _gang_baseline(name))
+
 
 _SIZED = {"fifo": "FIFO", "srtf": "SRTF", "tetris": "Tetris"}
 """Module → class of the heuristics that come in a requested-size and a fill-to-caps variant."""
@@ -64,4 +68,12 @@ def _sized(module: str, requested: bool):
 
         cls = getattr(import_module(f"dl2ray.schedulers.{module}"), _SIZED[module])
         return lambda arg, cfg: cls(requested)
+    return load
+
+
+def _gang_baseline(name: str):
+    def load():
+        from dl2ray.sched2.baselines import factory
+
+        return factory(name)
     return load
