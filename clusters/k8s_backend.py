@@ -886,6 +886,7 @@ class KubernetesBackend:
             port=p.coordinator_port,
             heartbeat_timeout_s=p.heartbeat_timeout_s,
             register_timeout_s=p.register_timeout_s,
+            node=nodes["ps"][0] if nodes["ps"] else None,  # beside the first PS
             **self._common(),
         )
         if not js.service:
