@@ -1,4 +1,4 @@
-"""A test kubelet: runs the emulator's pods as local processes, so a real elastic MXNet job trains behind them.
+"""A test kubelet: runs the emulator's pods as local processes (a real elastic MXNet job trains).
 
 It plays the parts of a cluster the emulator lacks, for every node at once:
 
@@ -31,7 +31,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
