@@ -84,7 +84,7 @@ class K8sConfig(_Frozen):
 
     def kubeconfig_path(self) -> Path | None:
         k = self.kubernetes.kubeconfig
-        return None if k is None else self.resolve(k)
+        return None if k is None else self.resolve(str(Path(k).expanduser()))
 
 
 def is_k8s_config(path: str | Path) -> bool:

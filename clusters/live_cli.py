@@ -121,8 +121,16 @@ def submit(
     address: AddressOpt = None,
     config: ConfigOpt = LIVE_CONFIG,
     poll: Annotated[float, typer.Option(min=0.1, help="seconds between progress polls")] = 1.0,
+    k8s: Annotated[
+        bool, typer.Option("--k8s", help="create a DL2Job on Kubernetes (--config: configs/k8s-cluster.yaml)")
+    ] = False,
 ) -> None:
     """Submit a training job to the live agent; follow it (exit 0 finished, 1 failed or cancelled)."""
+    if k8s:
+        from clusters.k8s_cli import K8S_CONFIG, submit_k8s
+
+        phase = submit_k8s(job, K8S_CONFIG if config == LIVE_CONFIG else config, follow, poll)
+        raise typer.Exit(0 if not follow or phase == "Succeeded" else 1)
     spec = load_jobspec(job)  # a bad spec exits 2 here, naming the field, before touching Ray
     with connected(_address(address, config)) as ray:
         agent = _agent()
@@ -356,7 +364,15 @@ def cluster_up(
     address: Annotated[str | None, typer.Option(help="join this Ray cluster instead of starting one")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Start (or join) a Ray cluster and start the agent (named, detached, restartable); then return."""
+    """Start (or join) a Ray cluster and start the agent (named, detached, restartable); then return.
+    With a Kubernetes config (top-level ``kubernetes:``) run the Kubernetes agent here until stopped."""
+    from clusters.k8s_config import is_k8s_config
+
+    if is_k8s_config(config):
+        from clusters.k8s_cli import cluster_up_k8s
+
+        cluster_up_k8s(config, scheduler, slot_seconds)
+        return
     cfg = _live_config(config)
     if slot_seconds is not None:
         cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"slot_seconds": slot_seconds})})
