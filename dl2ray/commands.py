@@ -120,6 +120,8 @@ def compare(
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
     if not names:
         raise UserError("--schedulers: give at least one scheduler")
+    if cfg.gang is not None:
+        references = False  # the oracle and the lower bound model the DL2 simulator, not gang mode
     if references and "oracle" not in names:
         names.append("oracle")
     fixed = _trace(trace, cfg)
@@ -301,6 +303,9 @@ def register_all(app: typer.Typer) -> Plugins:
     app.add_typer(trace_app, name="trace", help="Import, generate and describe traces.")
     app.add_typer(bench_app, name="bench", help="Benchmarks (print JSON).")
     app.add_typer(train_app, name="train", help="Train the DL2 policy (supervised warm-start, RL).")
+    from dl2ray.sched2.cli import train_sched2
+
+    train_app.command("sched2")(train_sched2)
     app.add_typer(experiment_app, name="experiment",
                   help="The paper's learning experiments: training curves, ablations, OfflineRL.")
     return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}, root=app))

@@ -56,6 +56,15 @@ def register_builtin() -> None:
     for name in ("sif", "dsif", "saf", "lrf", "spf", "fifo-gang"):
         register(name, _gang_baseline(name))
 
+    def sched2():
+        from dl2ray.sched2.scheduler import load
+
+        return load
+
+    register("sched2", sched2)
+    for name in ("lb-place", "tetris-place", "lif-linear", "random-place"):
+        register(name, _harmony_baseline(name))
+
 
 _SIZED = {"fifo": "FIFO", "srtf": "SRTF", "tetris": "Tetris"}
 """Module → class of the heuristics that come in a requested-size and a fill-to-caps variant."""
@@ -74,6 +83,14 @@ def _sized(module: str, requested: bool):
 def _gang_baseline(name: str):
     def load():
         from dl2ray.sched2.baselines import factory
+
+        return factory(name)
+    return load
+
+
+def _harmony_baseline(name: str):
+    def load():
+        from dl2ray.harmony.baselines import factory
 
         return factory(name)
     return load

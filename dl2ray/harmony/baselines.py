@@ -1,0 +1,151 @@
+"""Harmony's baselines: FIFO job order, each job placed whole, task by task, by a node score.
+
+Each slot the running jobs stay where they are (:func:`dl2ray.gang.keep_running`); waiting
+jobs are taken in arrival order and each is started if all its workers and PS can be placed
+now (no head-of-line blocking). A task goes to the fitting node with the best score:
+
+- ``lb-place``: least loaded (the placer's dominant-share load balancing);
+- ``tetris-place``: best alignment ``Σ_r d_r/C_r · f_{n,r}/C_{n,r}`` of the task's demand
+  ``d`` with the node's free resources ``f`` (Tetris, Grandl et al. 2014), ties to lower load;
+- ``lif-linear``: least interference first under a *linear* pairwise model: placing a task of
+  type ``t`` on a node hosting ``n_{t'}`` foreign tasks of each type costs
+  ``Σ_{t'} (c_{t,t'} + c_{t',t}) n_{t'}`` (:mod:`dl2ray.harmony.linear`), ties to lower load.
+
+All three need a gang-mode config; ``lif-linear`` fits its coefficients when built
+(on logged random placements of training traces, never on the test traces).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dl2ray.errors import UserError
+from dl2ray.gang import keep_running
+from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
+
+_EPS = 1e-9
+Score = Callable[[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""(type index, task demand (3,), free (N, 3), capacity (N, 3), type counts (N, L)) → score (N,);
+the lowest wins."""
+
+
+def load_of(free: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Shape (N,): dominant used share of each node."""
+    inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+    return ((cap - free) * inv).max(axis=1)
+
+
+def lb_score(t, d, free, cap, counts) -> np.ndarray:
+    return load_of(free, cap)
+
+
+def tetris_score(t, d, free, cap, counts) -> np.ndarray:
+    total = cap.sum(axis=0)
+    inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+    align = ((d / np.where(total > 0, total, 1.0)) * free * inv).sum(axis=1)
+    return -align + 1e-6 * load_of(free, cap)
+
+
+def linear_score(coef: np.ndarray) -> Score:
+    """``lif-linear``'s score with coefficients ``coef`` (L, L): ``c[t, t']`` = slowdown of a
+    type-``t`` task per foreign type-``t'`` task on its node."""
+    def score(t, d, free, cap, counts) -> np.ndarray:
+        return counts @ (coef[t] + coef[:, t]) + 1e-6 * load_of(free, cap)
+    return score
+
+
+def task_type_counts(view: ClusterView, placement: dict[int, JobPlacement]) -> np.ndarray:
+    """Shape (N, L): tasks of each job type on each node under ``placement``."""
+    counts = np.zeros((view.num_nodes, len(view.catalogue)))
+    types = {j.job_id: j.type_index for j in view.jobs}
+    for job_id, pl in placement.items():
+        for node in (*pl.worker_nodes, *pl.ps_nodes):
+            counts[node, types[job_id]] += 1
+    return counts
+
+
+def place_job(job: JobView, free: np.ndarray, cap: np.ndarray, counts: np.ndarray,
+              score: Score) -> JobPlacement | None:
+    """Place every task of ``job`` (workers and PS alternating) by ``score``, or None (no change)."""
+    assert job.fixed_tasks is not None
+    free, counts = free.copy(), counts.copy()
+    nodes: dict[str, list[int]] = {"worker": [], "ps": []}
+    size = job.fixed_tasks
+    for i in range(max(size.workers, size.ps)):
+        for role, d, n in (("worker", job.worker_demand, size.workers), ("ps", job.ps_demand, size.ps)):
+            if i >= n:
+                continue
+            fits = np.all(free + _EPS >= d, axis=1)
+            if not fits.any():
+                return None
+            s = np.where(fits, score(job.type_index, d, free, cap, counts), np.inf)
+            node = int(np.argmin(s))
+            free[node] -= d
+            counts[node, job.type_index] += 1
+            nodes[role].append(node)
+    return JobPlacement(tuple(nodes["worker"]), tuple(nodes["ps"]))
+
+
+class FifoPlacer:
+    """FIFO job order, whole-job placement by ``score`` (see the module docstring)."""
+
+    def __init__(self, name: str, score: Score) -> None:
+        self.name, self.score = name, score
+
+    def decide(self, view: ClusterView) -> Allocation:
+        tasks, placement, free = keep_running(view)
+        counts = task_type_counts(view, placement)
+        for job in view.jobs:
+            if job.workers > 0 or job.fixed_tasks is None:
+                continue
+            pl = place_job(job, free, view.capacity, counts, self.score)
+            if pl is None:
+                continue
+            tasks[job.job_id] = Tasks(*job.fixed_tasks)
+            placement[job.job_id] = pl
+            for node in pl.worker_nodes:
+                free[node] -= job.worker_demand
+                counts[node, job.type_index] += 1
+            for node in pl.ps_nodes:
+                free[node] -= job.ps_demand
+                counts[node, job.type_index] += 1
+        return Allocation(tasks, placement)
+
+
+def _need_gang(cfg) -> None:
+    if cfg is None or getattr(cfg, "gang", None) is None:
+        raise UserError("Harmony's placement schedulers need a gang-mode config (a `gang:` group, "
+                        "e.g. configs/harmony.yaml)")
+
+
+def factory(name: str):
+    """Registry loader for ``lb-place``, ``tetris-place``, ``lif-linear`` and ``random-place``."""
+    def build(arg, cfg):
+        _need_gang(cfg)
+        if name == "lb-place":
+            return FifoPlacer(name, lb_score)
+        if name == "tetris-place":
+            return FifoPlacer(name, tetris_score)
+        if name == "random-place":
+            return RandomPlacer(int(arg or 0))
+        from dl2ray.harmony.linear import fitted_coefficients
+
+        return FifoPlacer(name, linear_score(fitted_coefficients(cfg)))
+    return build
+
+
+class RandomPlacer(FifoPlacer):
+    """FIFO order, each task on a uniformly random fitting node (the reward model's exploration data)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.rng = np.random.default_rng([seed, 0xA11D])
+        super().__init__("random-place", self._random)
+
+    def reset(self, seed: int) -> None:
+        self.rng = np.random.default_rng([self.seed, seed, 0xA11D])
+
+    def _random(self, t, d, free, cap, counts) -> np.ndarray:
+        return self.rng.random(len(free))

@@ -1,0 +1,51 @@
+"""``dl2ray train sched2``: train SCHED²'s Q-network by DQN (composition root of that run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dl2ray.errors import UserError
+
+
+def train_sched2(
+    out: Annotated[Path, typer.Option(help="checkpoint to write (.pt; its .json log goes beside it)")],
+    config: Annotated[Path, typer.Option("--config", "-c", help="gang-mode experiment YAML")] = Path(
+        "configs/sched2.yaml"),
+    episodes: Annotated[int, typer.Option(min=1, help="training traces (one episode each)")] = 40,
+    window: Annotated[int, typer.Option(min=1, help="J: waiting jobs the agent chooses from")] = 10,
+    lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate")] = 5e-4,
+    val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 2,
+    eval_every: Annotated[int, typer.Option(min=1, help="validate every this many episodes")] = 5,
+    seed: Annotated[int, typer.Option(help="network init, exploration and replay seed")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """SCHED²: DQN (ε-greedy, prioritised replay, target network) over job selection in gang mode."""
+    from dl2ray.config import load_config
+    from dl2ray.sched2.dqn import DQNSettings, train
+
+    cfg = load_config(config)
+    if cfg.gang is None or cfg.gang.workload != "philly":
+        raise UserError(f"--config: {config}: SCHED² trains on a gang-mode Philly config "
+                        "(gang.workload: philly)")
+    if out.suffix != ".pt":
+        raise UserError(f"--out: {out}: expected a .pt checkpoint path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    st = DQNSettings(episodes=episodes, window=window, lr=lr, val_traces=val_traces,
+                     eval_every=eval_every, seed=seed)
+
+    def show(row: dict) -> None:
+        if not json_out:
+            typer.echo(json.dumps(row), err=True)
+
+    log = train(cfg, st, out, on_episode=show)
+    doc = {"out": str(out), "config": cfg.name, "best": log.best, "episodes": log.rows}
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if json_out:
+        print(json.dumps({"out": str(out), "best": log.best}))
+    else:
+        typer.echo(f"wrote {out} (best validation avg JCT {log.best.get('val_jct')} slots at episode "
+                   f"{log.best.get('episode')})")
