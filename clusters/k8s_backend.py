@@ -526,8 +526,9 @@ class KubernetesBackend:
                     raise UserError(f"{role}.gpu: {gpu:g}: Kubernetes schedules whole GPUs")
             js.spec = spec
         except UserError as exc:
-            msg = str(exc)
-            js.error = msg if msg.startswith("spec") else f"spec.{msg}"
+            msg = str(exc).replace("Value error, ", "")
+            msg = msg.removeprefix("spec: ")  # "spec: workers: problem" -> "spec.workers: problem"
+            js.error = f"spec.{msg}"
 
     # ---- the slot -----------------------------------------------------------------------------------
 
@@ -620,6 +621,7 @@ class KubernetesBackend:
                         "change": e.change,
                         "clock": e.clock,
                         "durationMs": round(e.duration_ms, 1),
+                        "lostIterations": e.lost_iterations,
                     }
                     for e in js.coord.events[-10:]
                 ]
@@ -856,10 +858,13 @@ class KubernetesBackend:
         """Bring one job to ``action.target``; an error string (also in ``action.reason``) or None."""
         t0 = time.monotonic()
         try:
-            if js.coordinator is None:
-                self._start(js, action, nodes)
-            else:
+            started = js.coord is not None and js.coord.state not in ("waiting", "starting")
+            if js.coordinator is not None and js.coord is None and pod_ready(js.coordinator):
+                raise TimeoutError(f"the coordinator of {js.name} does not answer")
+            if started:
                 self._scale(js, action, nodes)
+            else:  # not started, or a start an earlier slot (or agent) left half done
+                self._start(js, action, nodes)
         except (ApiGiveUp, TimeoutError, ScaleRefused, OSError) as exc:
             action.ok, action.reason = False, f"{type(exc).__name__}: {exc}"
         action.seconds = time.monotonic() - t0
@@ -876,6 +881,14 @@ class KubernetesBackend:
         coordinator's first plan runs."""
         spec = js.spec
         assert spec is not None
+        if (
+            js.coordinator is not None
+        ):  # resume a start: the first plan's size is in the coordinator's command
+            cmd = js.coordinator["spec"]["containers"][0]["command"]
+            action.target = (int(cmd[cmd.index("--ps") + 1]), int(cmd[cmd.index("--workers") + 1]))
+            for role, want in zip(ko.ROLES, action.target, strict=True):
+                missing = max(want - len(js.live(role)), 0)
+                nodes[role] = ([*nodes[role], *[None] * missing])[:missing]
         ps, workers = action.target
         p = self.cfg.pods
         pod, svc = ko.coordinator_objects(
@@ -891,12 +904,13 @@ class KubernetesBackend:
         )
         if not js.service:
             self.api.create(svc)
-        if self.api.create(pod):
+        if js.coordinator is None and self.api.create(pod):
             action.created.append(pod["metadata"]["name"])
         coord = self._wait_ready(js.name, [pod["metadata"]["name"]])[pod["metadata"]["name"]]
         js.coordinator = coord
+        first = len(action.created)
         self._create_members(js, action, nodes)
-        self._wait_ready(js.name, action.created[1:])
+        self._wait_ready(js.name, action.created[first:])
         deadline = time.monotonic() + p.register_timeout_s
         while time.monotonic() < deadline:
             st = self._coordinator_status(js)
@@ -906,7 +920,7 @@ class KubernetesBackend:
             time.sleep(0.2)
         raise TimeoutError(f"the coordinator of {js.name} did not start its first plan")
 
-    def _create_members(self, js: JobState, action: ScaleAction, nodes: dict[str, list[str]]) -> None:
+    def _create_members(self, js: JobState, action: ScaleAction, nodes: dict[str, list[str | None]]) -> None:
         spec = js.spec
         assert spec is not None
         for role in ko.ROLES:

@@ -73,6 +73,7 @@ class TestKubelet:
         self.namespace, self.log_dir, self.poll_s = namespace, log_dir, poll_s
         self.pods: dict[str, Running] = {}
         self.started: list[str] = []  # every pod name ever started, in order
+        self.exits: dict[str, int] = {}  # pod name → exit code of its process (-9: killed, evicted)
         self._next_ip = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -210,6 +211,7 @@ class TestKubelet:
         code = run.proc.poll()
         if code is not None or run.evicted:
             run.ended = True
+            self.exits[run.name] = -9 if run.evicted else code
             status = {
                 "phase": "Succeeded" if code == 0 and not run.evicted else "Failed",
                 "conditions": self._conds(False),
