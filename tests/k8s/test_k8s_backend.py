@@ -148,7 +148,7 @@ def test_api_faults_converge_with_no_duplicate_or_orphan_pod(cluster):
     emu.react("patch", "dl2ray.io", "v1alpha1", "dl2jobs", _slow_answer, times=1)  # a timeout
     emu.react("post", "", "v1", "services", 502, times=1)
     cluster.apply_job(small_job("mlp-f"))
-    view, report = cluster.slot({"mlp-f": (1, 2)})
+    _view, report = cluster.slot({"mlp-f": (1, 2)})
     assert report.errors == [], report.errors
     assert cluster.plan("mlp-f") == (1, 2)
     names = sorted(p.metadata.name for p in cluster.pods("mlp-f"))
@@ -162,7 +162,7 @@ def test_api_faults_converge_with_no_duplicate_or_orphan_pod(cluster):
     # faults on the way down: a lost delete answer, then 5xx
     emu.react("delete", "", "v1", "pods", 500, times=1)
     emu.react("delete", "", "v1", "pods", 503, times=1)
-    view, report = cluster.slot({"mlp-f": (1, 1)})
+    _view, report = cluster.slot({"mlp-f": (1, 1)})
     assert report.errors == [] and report.actions[0].ok
     assert len(cluster.live("mlp-f", "worker")) == 1 and len(cluster.pods("mlp-f")) == 3
     assert cluster.duplicates() == [] and cluster.orphans() == []
@@ -171,9 +171,9 @@ def test_api_faults_converge_with_no_duplicate_or_orphan_pod(cluster):
 def test_api_errors_that_are_not_retried_are_reported_and_the_next_slot_converges(cluster):
     cluster.emu.react("post", "", "v1", "pods", 403, times=1)
     cluster.apply_job(small_job("mlp-g"))
-    view, report = cluster.slot({"mlp-g": (1, 1)})
+    _view, report = cluster.slot({"mlp-g": (1, 1)})
     assert len(report.errors) == 1 and "403" in report.errors[0]
-    view, report = cluster.slot({"mlp-g": (1, 1)})  # level-triggered: the next slot starts it
+    _view, report = cluster.slot({"mlp-g": (1, 1)})  # level-triggered: the next slot starts it
     assert report.errors == [] and cluster.plan("mlp-g") == (1, 1)
     assert cluster.duplicates() == [] and cluster.orphans() == []
 
