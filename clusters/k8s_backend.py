@@ -129,12 +129,15 @@ class KubeApi:
     def connect(cls, settings: K8sSettings, kubeconfig: str | None) -> KubeApi:
         """From a kubeconfig file, or the in-cluster service account when ``kubeconfig`` is None."""
         conf = kubernetes.client.Configuration()
-        if kubeconfig is None:
-            kubernetes.config.load_incluster_config(client_configuration=conf)
-        else:
-            kubernetes.config.load_kube_config(
-                config_file=kubeconfig, context=settings.context, client_configuration=conf
-            )
+        try:
+            if kubeconfig is None:
+                kubernetes.config.load_incluster_config(client_configuration=conf)
+            else:
+                kubernetes.config.load_kube_config(
+                    config_file=kubeconfig, context=settings.context, client_configuration=conf
+                )
+        except kubernetes.config.ConfigException as exc:
+            raise UserError(f"kubernetes.kubeconfig: {exc}") from None
         conf.retries = False  # we retry, with backoff and classification (urllib3 would retry blindly)
         return cls(kubernetes.client.ApiClient(conf), settings.api, settings.namespace)
 

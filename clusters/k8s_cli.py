@@ -239,18 +239,13 @@ def manifests_cmd(
 
 def connect(cfg: K8sConfig):
     """The backend on the configured API server; UserError when it cannot be reached or configured."""
-    import kubernetes
-
     from clusters.k8s_backend import ApiGiveUp, KubeApi, KubernetesBackend
 
     k = cfg.kubernetes
     path = cfg.kubeconfig_path()
     if path is not None and not path.is_file():
         raise UserError(f"kubernetes.kubeconfig: {path}: no such file")
-    try:
-        api = KubeApi.connect(k, None if path is None else str(path))
-    except kubernetes.config.ConfigException as exc:
-        raise UserError(f"kubernetes.kubeconfig: {exc}") from None
+    api = KubeApi.connect(k, None if path is None else str(path))
     backend = KubernetesBackend(api, k, cfg.experiment().catalogue, cfg.experiment().cluster.placement)
     try:
         backend.read()
