@@ -611,6 +611,9 @@ class KubernetesBackend:
         st["phase"] = js.phase
         if js.spec is not None:
             st["estEpochs"] = js.spec.epochs
+            last = {
+                r: st.get(r, {}).get("ready") or st.get(r, {}).get("desired", 0) for r in ("ps", "workers")
+            }
             ps, workers = js.plan()
             st["ps"] = {"desired": st.get("ps", {}).get("desired", 0), "ready": ps}
             st["workers"] = {"desired": st.get("workers", {}).get("desired", 0), "ready": workers}
@@ -630,7 +633,7 @@ class KubernetesBackend:
                 ]
             if js.coordinator is not None and (addr := self.address(js)):
                 st["coordinator"] = addr
-            self._close_slot(js, slot, now)
+            self._close_slot(js, slot, now, (last["ps"], last["workers"]))
         self._condition(
             st,
             "Suspended",
@@ -650,17 +653,24 @@ class KubernetesBackend:
             return "Suspended"
         return "Pending" if phase is None else "Running"
 
-    def _close_slot(self, js: JobState, slot: int, now: float) -> None:
-        """Append the observation of the slot before ``slot`` (once per slot) and move the mark."""
+    def _close_slot(self, js: JobState, slot: int, now: float, last: tuple[int, int]) -> None:
+        """Append the observation of the slot before ``slot`` (once per slot) and move the mark. The first
+        mark is the coordinator pod's start (0 epochs); a finished job gets one last observation with the
+        deployment it last had (``last``: (ps, workers))."""
         st = js.status
         mark = st.get("mark")
+        if mark is None and js.coordinator is not None:
+            started = (js.coordinator.get("status") or {}).get("startTime")
+            if started:
+                t = datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+                mark = {"slot": math.floor(t / self.cfg.slot_seconds), "time": t, "epochs": 0.0}
         epochs = float(st.get("epochsDone", 0.0))
         if js.phase in TERMINAL_JOBS:  # one last observation up to the end, then none
             if mark is None or mark["epochs"] >= epochs - 1e-9:
                 return
         elif js.coord is None or (mark is not None and mark["slot"] >= slot):
             return
-        ps, workers = js.plan()
+        ps, workers = js.plan() if js.phase not in TERMINAL_JOBS else last
         if mark is not None:
             hist = list(st.get("history") or [])
             hist.append(
