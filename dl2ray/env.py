@@ -14,15 +14,34 @@ feasible non-stop action is skipped, as in
 allocation is stepped in the simulator. An action the mask forbids is treated
 as stop (counted in ``info["masked_actions"]``), so learners without masking run.
 
-Reward: the sum of the slot rewards ``r_t = Σ_j epochs_j(t)/E_j`` of the slots
-that ended during the step (0 for steps inside a slot); slots with no decision
-to make are stepped automatically and their reward joins the next reward paid.
-The episode terminates when the trace completes, and is truncated when
-``sim.max_slots`` is reached first.
+Reward (``reward=``, paid in the step that ends a slot, 0 for steps inside a slot;
+slots with no decision to make are stepped automatically and their reward joins
+the next reward paid):
 
-Seeding: ``reset(seed=s)`` seeds ``np_random``, which draws the trace among
-``trace_seeds`` (default: the first 100 training seeds); the simulator is
-deterministic given the trace seed. Imports gymnasium, never Ray.
+- ``"paper"`` (default, the DL2 paper's): ``r_t = Σ_j epochs_j(t)/E_j``. Its
+  episode return is the number of jobs for *every* policy that finishes the
+  trace, so it says nothing about JCT (RLlib's ``episode_return_mean`` stays flat).
+- ``"jct"``: ``r_t = −Σ_j time job j spent in the cluster during slot t`` (slots;
+  1 for a job present all slot, the fraction until it finished otherwise). The
+  episode return is minus the total JCT, unfinished jobs counted until the run
+  stopped: ``−N · censored_avg_jct`` (:func:`dl2ray.metrics.censored_avg_jct`).
+- ``"avg_jct"``: the ``"jct"`` reward divided by the trace's number of jobs N:
+  the return is ``−censored_avg_jct``, the metric our trainer selects models on.
+
+The episode terminates when the trace completes, and is truncated when
+``sim.max_slots`` or the early cut-off ``max_slots`` (if given; for hopeless
+episodes, e.g. a greedy policy that starves jobs) is reached first.
+
+Info: every step has ``trace_seed``, ``slot`` and ``masked_actions``; the last
+step of an episode also has ``metrics``, :func:`dl2ray.metrics.summarize_run` of
+the run so far (``avg_jct``, ``censored_avg_jct``, ``makespan``, ``completed``,
+… in slots): what ``dl2ray simulate`` reports for the same trace and allocations
+(with ``sim.max_slots`` = the cut-off when the cut-off ended the episode).
+
+Seeding: ``reset(options={"trace_seed": s})`` runs trace ``s`` (any seed, e.g.
+a test seed); otherwise ``reset(seed=s)`` seeds ``np_random``, which draws the
+trace among ``trace_seeds`` (default: the first 100 training seeds). The
+simulator is deterministic given the trace seed. Imports gymnasium, never Ray.
 """
 
 from __future__ import annotations
@@ -36,8 +55,12 @@ from gymnasium import spaces
 
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.learn import seeds as seedsets
+from dl2ray.metrics import summarize_run
 from dl2ray.policy.encoding import Encoding, SlotState
 from dl2ray.sim import Simulator
+
+REWARDS = ("paper", "jct", "avg_jct")
+"""The reward options (see the module docstring); ``"paper"`` is the default."""
 
 
 class DL2Env(gym.Env):
@@ -45,13 +68,16 @@ class DL2Env(gym.Env):
 
     Build with keywords, or (as RLlib does) with one ``env_config`` mapping
     holding ``cfg`` (an :class:`ExperimentConfig` or a YAML path; default the
-    testbed) and ``trace_seeds``.
+    testbed), ``trace_seeds``, ``reward`` (one of :data:`REWARDS`) and
+    ``max_slots`` (the early cut-off, slots; ``None``: ``sim.max_slots``).
+    Keywords win over ``env_config``.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium's class attribute)
 
     def __init__(self, env_config: Mapping[str, Any] | None = None, *, cfg: ExperimentConfig | None = None,
-                 trace_seeds: Sequence[int] | None = None) -> None:
+                 trace_seeds: Sequence[int] | None = None, reward: str | None = None,
+                 max_slots: int | None = None) -> None:
         from dl2ray.experiments import build_simulator
 
         opts = dict(env_config or {})
@@ -60,6 +86,13 @@ class DL2Env(gym.Env):
             cfg = load_config(cfg)
         self.cfg = cfg
         self.trace_seeds = list(trace_seeds or opts.get("trace_seeds") or seedsets.training(100))
+        self.reward_kind = reward or opts.get("reward") or "paper"
+        if self.reward_kind not in REWARDS:
+            raise ValueError(f"reward: {self.reward_kind!r}; known: {list(REWARDS)}")
+        cutoff = max_slots if max_slots is not None else opts.get("max_slots")
+        if cutoff is not None and int(cutoff) < 1:
+            raise ValueError(f"max_slots: {cutoff}: must be at least 1")
+        self.max_slots = min(int(cutoff), cfg.sim.max_slots) if cutoff is not None else cfg.sim.max_slots
         self.enc = Encoding.from_config(cfg)
         self.sim: Simulator = build_simulator(cfg)
         self.observation_space = spaces.Dict({
@@ -75,13 +108,15 @@ class DL2Env(gym.Env):
     # -- gymnasium API -----------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """``options={"trace_seed": s}`` runs trace ``s``; otherwise a trace drawn among ``trace_seeds``."""
         super().reset(seed=seed)
+        chosen = (options or {}).get("trace_seed")
+        if chosen is not None:
+            if self._start(int(chosen)):
+                return self._obs(), self._info()
+            raise ValueError(f"trace {chosen}: no decision to make (every slot stepped by itself)")
         for _ in range(len(self.trace_seeds)):
-            self.trace_seed = int(self.trace_seeds[int(self.np_random.integers(len(self.trace_seeds)))])
-            self._start_slot(SlotState(self.sim.reset(self.trace_seed), self.enc))
-            self._masked = 0
-            _, ended, _ = self._advance()
-            if not ended:
+            if self._start(int(self.trace_seeds[int(self.np_random.integers(len(self.trace_seeds)))])):
                 return self._obs(), self._info()
         raise RuntimeError("no trace among trace_seeds has a decision to make")
 
@@ -101,10 +136,19 @@ class DL2Env(gym.Env):
             self._slot = None
             obs = {"observations": np.zeros(self.enc.state_dim, np.float32),
                    "action_mask": self._stop_only()}
-            return obs, reward, not truncated, truncated, self._info()
+            info = {**self._info(), "metrics": summarize_run(self.sim.result)}
+            return obs, reward, not truncated, truncated, info
         return self._obs(), reward, False, False, self._info()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _start(self, trace_seed: int) -> bool:
+        """Reset the simulator on ``trace_seed``; False if the run ends before any decision."""
+        self.trace_seed = trace_seed
+        self._start_slot(SlotState(self.sim.reset(trace_seed), self.enc))
+        self._masked = 0
+        _, ended, _ = self._advance()
+        return not ended
 
     def _start_slot(self, slot: SlotState) -> None:
         self._slot, self._window = slot, 0
@@ -124,11 +168,23 @@ class DL2Env(gym.Env):
                     return reward, False, False
                 self._window += 1
                 continue
-            res = self.sim.step(slot.allocation())
-            reward += float(res.reward)
-            if res.done:
-                return reward, True, self.sim.slot >= self.cfg.sim.max_slots
-            self._start_slot(SlotState(res.view, self.enc))
+            reward += self._step_slot(slot)
+            if self.sim.done or self.sim.slot >= self.max_slots:
+                return reward, True, self.sim.slot >= self.max_slots
+            self._start_slot(SlotState(self.sim.view(), self.enc))
+
+    def _step_slot(self, slot: SlotState) -> float:
+        """Step the simulator one slot with ``slot``'s allocation; that slot's reward."""
+        t, present = self.sim.slot, list(self.sim.jobs)
+        res = self.sim.step(slot.allocation())
+        if self.reward_kind == "paper":
+            return float(res.reward)
+        end = self.sim.result.end_time
+        # Time each job present during slot t spent in the cluster: until t+1, or until it finished.
+        held = sum(min(end.get(j, t + 1.0), t + 1.0) - t for j in present)
+        if self.reward_kind == "avg_jct":
+            held /= max(len(self.sim.result.arrival), 1)
+        return -float(held)
 
     def _obs(self) -> dict[str, np.ndarray]:
         assert self._slot is not None
