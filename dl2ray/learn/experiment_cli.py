@@ -352,3 +352,124 @@ def offline_rl(
     with _Bars(updates) as bars:
         report = ex.offline_rl(cfg, init, updates, seed, opts, test_traces, out, workers, bars)
     _report(report, cfg, init, updates, seed, opts, out, "offline_rl", "OfflineRL vs online RL", json_out)
+
+
+@app.command("rllib")
+def rllib(
+    out: OutOpt,
+    minutes: Annotated[float, typer.Option(help="wall time of training + validation (the build is extra)")],
+    algo: Annotated[str, typer.Option(help="RLlib algorithm (new API stack)")] = "ppo",
+    config: ConfigOpt = None,
+    seed: SeedOpt = 0,
+    warm_start: Annotated[Path | None, typer.Option(
+        help="start from this SL checkpoint (policy and value weights), as `train rl --init`")] = None,
+    iterations: Annotated[int | None, typer.Option(
+        help="stop after this many iterations, even before --minutes")] = None,
+    traces: TracesOpt = 100,
+    val_traces: ValTracesOpt = 3,
+    val_every: Annotated[int, typer.Option(help="iterations between validations")] = 2,
+    reward: Annotated[str, typer.Option(
+        help="DL2Env reward for training: paper, jct or avg_jct")] = "avg_jct",
+    max_slots: Annotated[int | None, typer.Option(
+        help="cut training episodes off after this many slots (validation runs to sim.max_slots)")] = 400,
+    algo_opt: Annotated[list[str] | None, typer.Option(
+        "--algo-opt", help="algorithm option KEY=VALUE (repeatable, JSON values), e.g. lr=3e-4")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """An RLlib algorithm on DL2Env with action masking: validated like `train rl`, best policy exported
+    to OUT/policy.pt for `dl2ray compare --schedulers rllib:OUT`, every Ray process it started stopped."""
+    from dl2ray.env import REWARDS
+    from dl2ray.learn.rllib_train import ALGOS, RLlibRun
+
+    cfg = load_config(config)
+    algo = algo.strip().lower()
+    if algo not in ALGOS:
+        raise UserError(f"--algo: {algo!r}: known: {', '.join(ALGOS)}")
+    if not minutes > 0:
+        raise UserError(f"--minutes: must be positive (got {minutes})")
+    for opt, v in (("--traces", traces), ("--val-traces", val_traces), ("--val-every", val_every),
+                   ("--iterations", iterations), ("--max-slots", max_slots)):
+        if v is not None:
+            _at_least(opt, v)
+    if reward not in REWARDS:
+        raise UserError(f"--reward: {reward!r}: known: {', '.join(REWARDS)}")
+    if warm_start is not None:
+        _checkpoint("--warm-start", warm_start, cfg)
+    run = RLlibRun(algo, minutes, iterations, seed, None if warm_start is None else str(warm_start.resolve()),
+                   traces, val_traces, val_every, reward, max_slots, _algo_options(algo_opt))
+    from dl2ray.learn.rllib_train import algorithm_config
+
+    try:
+        algorithm_config(cfg, run)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"--algo-opt: {exc}") from None
+    out = _out_dir(out)
+    result, session = _run_rllib(cfg, run, out)
+    best = result.best
+    doc = {"out": str(out), "policy": str(out / "policy.pt"), "algo": algo, "seed": seed,
+           "init": run.init, "iterations": len(result.history), "build_seconds": result.build_seconds,
+           "seconds": result.seconds, "initial_val_avg_jct": result.validation[0].avg_jct,
+           "best_val_avg_jct": best.avg_jct if best else None,
+           "best_iteration": best.iteration if best else None,
+           "drf_val_avg_jct": result.drf_val_avg_jct, "ray_session_dir": session}
+    _write_json(doc, out / "rllib.json", json_out)
+    if not json_out:
+        print(f"{algo}: {len(result.history)} iterations in {result.seconds:.0f} s; best validation avg JCT "
+              f"{_fmt(doc['best_val_avg_jct'])} at iteration {doc['best_iteration']} (DRF "
+              f"{_fmt(result.drf_val_avg_jct)}); wrote {out / 'policy.pt'} (rllib:{out})")
+
+
+def _algo_options(items: list[str] | None) -> dict:
+    """``--algo-opt KEY=VALUE`` items; VALUE parsed as JSON, else kept as a string."""
+    opts: dict = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--algo-opt: {item!r}: expected KEY=VALUE")
+        try:
+            opts[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            opts[key.strip()] = raw
+    return opts
+
+
+def _run_rllib(cfg: ExperimentConfig, run, out: Path):
+    """Train on a Ray instance of our own, and stop every process of it whatever happens.
+
+    ``address="local"``: never attach to a running or stale cluster (plain
+    ``ray.init()``, which RLlib calls when Ray is not up, would). Ray 2.60 starts a
+    dashboard head even with ``include_dashboard=False`` (only its usage-stats
+    module, no web UI); it is one of the processes ``ray.shutdown()`` stops. SIGTERM
+    is turned into KeyboardInterrupt like Ctrl-C, so both reach the ``finally``.
+    """
+    import os
+    import signal
+
+    from dl2ray.learn.rllib_train import train_rllib
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # register the node on 127.0.0.1
+    import ray
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        session = ctx.address_info.get("session_dir")
+        try:
+            with _err.status(f"{run.algo} on DL2Env", spinner="dots") if _err.is_terminal else nullcontext():
+                result = train_rllib(cfg, run, out, _rllib_progress, {"ray_session_dir": session})
+        except KeyboardInterrupt:
+            _err.print(f"interrupted; the best policy so far is in {out}; stopping Ray", highlight=False)
+            raise SystemExit(130) from None
+    finally:
+        ray.shutdown()
+        signal.signal(signal.SIGTERM, previous)
+    return result, session
+
+
+def _rllib_progress(row, val) -> None:
+    if _err.is_terminal:
+        jct = f", val JCT {val.avg_jct:.2f}" if val is not None else ""
+        _err.print(f"iteration {row.iteration} ({row.seconds:.0f} s{jct})", highlight=False)

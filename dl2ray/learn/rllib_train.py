@@ -1,0 +1,247 @@
+"""An RLlib algorithm (new API stack) trained on :class:`dl2ray.env.DL2Env`, selected like our trainer.
+
+One run (:func:`train_rllib`), until ``minutes`` of wall time (training and
+validation; the algorithm's build is reported apart) or ``iterations``:
+
+1. ``algo.train()``: RLlib samples DL2Env episodes (reward ``run.reward``,
+   training traces cut off at ``run.max_slots`` slots) with
+   :class:`~dl2ray.learn.rllib_module.DL2TorchRLModule`, the masked DL2
+   policy/value networks, and updates them (one local learner, sampling in this
+   process: ``num_env_runners=0``, so no worker processes beyond Ray's own).
+2. Before the first and every ``val_every`` iterations (and after the last):
+   the greedy policy's average JCT on ``val_traces`` validation traces, unfinished
+   jobs counted until ``sim.max_slots`` — :func:`dl2ray.learn.rl.validate`, the
+   very function (and traces) ``dl2ray train rl`` selects models with.
+3. A better validation JCT exports the policy (:mod:`dl2ray.learn.rllib_export`,
+   ``OUT/policy.pt``: what ``rllib:OUT`` runs) and saves the whole algorithm
+   (``OUT/rllib/``, ``Algorithm.save_to_path``; RLlib users restore it with
+   ``Algorithm.from_checkpoint`` or the module with ``RLModule.from_checkpoint``
+   on ``OUT/rllib/learner_group/learner/rl_module/default_policy``).
+
+``OUT/run.json`` (rewritten after every iteration, so an interrupted run keeps
+its record): the config, the run's options, per-iteration history and the
+validation curve. Ray must already be initialised (the CLI, the composition
+root, does it and shuts it down); nothing here calls ``ray.init`` or
+``ray.shutdown``.
+
+Random streams: the module's initialisation from ``seed``
+(:func:`~dl2ray.policy.network.build_networks`, unless ``init``), RLlib's own
+(sampling, minibatch shuffling) from ``config.debugging(seed=seed)``, and the
+training traces drawn by each env's ``np_random``, which RLlib seeds from ``seed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn import seeds as seedsets
+
+ALGOS = ("ppo",)
+"""RLlib algorithms a run can name. Others need a module API ours lacks (APPO: target networks;
+DQN/SAC: Q-heads) or many sampling processes (IMPALA); PPO is what was measured."""
+
+#: Our choices for PPO, overridable by ``options`` (``--algo-opt KEY=VALUE``): RLlib's defaults, but
+#: ``lr`` = ``policy.rl_lr`` of the testbed, a discount per decision step that spans tens of slots,
+#: and smaller batches and fewer epochs, so an iteration takes seconds on two cores.
+PPO_DEFAULTS: dict[str, Any] = {
+    "lr": 1e-4, "gamma": 0.995, "lambda_": 0.95, "entropy_coeff": 0.01, "train_batch_size_per_learner": 2000,
+    "minibatch_size": 256, "num_epochs": 4, "vf_clip_param": 10.0,
+}
+
+
+@dataclass(frozen=True)
+class RLlibRun:
+    """One run's options (CLI flags of ``dl2ray experiment rllib``)."""
+
+    algo: str = "ppo"
+    minutes: float = 5.0  # wall-time budget of training + validation
+    iterations: int | None = None  # stop after this many ``algo.train()`` calls (None: time only)
+    seed: int = 0
+    init: str | None = None  # dl2ray (SL) checkpoint to start from; None: scratch
+    traces: int = 100  # training traces (training seed set), drawn per episode
+    val_traces: int = 3  # validation traces (validation seed set)
+    val_every: int = 2  # iterations between validations
+    reward: str = "avg_jct"  # DL2Env reward option for training
+    max_slots: int | None = 400  # training episodes' cut-off (slots); validation runs to sim.max_slots
+    options: dict[str, Any] = field(default_factory=dict)  # algorithm config overrides
+
+
+@dataclass
+class IterationRow:
+    """Per ``algo.train()``: cumulative seconds, env steps, episodes' return, JCT and the PPO losses."""
+
+    iteration: int
+    seconds: float
+    env_steps: int
+    episode_return_mean: float | None
+    episode_censored_avg_jct: float | None  # mean over the iteration's finished training episodes
+    policy_loss: float | None
+    vf_loss: float | None
+    entropy: float | None
+
+
+@dataclass
+class Validation:
+    iteration: int
+    seconds: float
+    avg_jct: float  # greedy, censored, slots, mean over the validation traces
+
+
+@dataclass
+class RLlibResult:
+    run: RLlibRun
+    val_seeds: list[int]
+    drf_val_avg_jct: float  # DRF on the same validation traces, counted the same way
+    build_seconds: float = 0.0
+    seconds: float = 0.0  # training + validation
+    history: list[IterationRow] = field(default_factory=list)
+    validation: list[Validation] = field(default_factory=list)
+    interrupted: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)  # the caller's, copied into run.json
+
+    @property
+    def best(self) -> Validation | None:
+        return min(self.validation, key=lambda v: v.avg_jct) if self.validation else None
+
+
+def algorithm_config(cfg: ExperimentConfig, run: RLlibRun):
+    """The RLlib ``AlgorithmConfig`` of ``run`` (raises ValueError for an unknown algorithm or option)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from dl2ray.env import DL2Env
+    from dl2ray.learn.rllib_module import DL2TorchRLModule, module_config
+    from dl2ray.policy.encoding import Encoding
+
+    if run.algo not in ALGOS:
+        raise ValueError(f"unknown algorithm {run.algo!r}; known: {list(ALGOS)}")
+    training = {**PPO_DEFAULTS, **run.options}
+    config = PPOConfig()
+    unknown = sorted(k for k in training if not hasattr(config, k))
+    if unknown:
+        raise ValueError(f"not options of {type(config).__name__}: {unknown}")
+    env_config = {"cfg": cfg, "trace_seeds": seedsets.training(run.traces), "reward": run.reward,
+                  "max_slots": run.max_slots}
+    spec = RLModuleSpec(module_class=DL2TorchRLModule,
+                        model_config=module_config(Encoding.from_config(cfg), cfg.policy.hidden, run.seed,
+                                                   run.init))
+    return (
+        config.api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
+        .environment(DL2Env, env_config=env_config)
+        .env_runners(num_env_runners=0, rollout_fragment_length="auto")
+        .learners(num_learners=0)
+        .training(**training)
+        .rl_module(rl_module_spec=spec)
+        .callbacks(on_episode_end=_log_episode_jct)
+        .debugging(seed=run.seed, log_sys_usage=False)
+    )
+
+
+def _log_episode_jct(*, episode, metrics_logger, **_) -> None:
+    """The finished episode's censored average JCT (DL2Env's ``info["metrics"]``) into RLlib's metrics."""
+    info = episode.get_infos(-1)
+    if "metrics" in info:
+        metrics_logger.log_value("censored_avg_jct", info["metrics"]["censored_avg_jct"])
+
+
+Progress = Callable[[IterationRow, Validation | None], None]
+
+
+def train_rllib(cfg: ExperimentConfig, run: RLlibRun, out: Path, progress: Progress | None = None,
+                notes: dict[str, Any] | None = None) -> RLlibResult:
+    """Train, validate and export as the module docstring says; Ray must be initialised.
+
+    ``notes`` (plain data, e.g. the Ray session's folder) go into ``run.json`` as they are.
+    """
+    from dl2ray.learn.rl import heuristic_jct
+
+    val_seeds = seedsets.validation(run.val_traces)
+    result = RLlibResult(run, val_seeds, heuristic_jct(cfg, "drf", val_seeds), notes=dict(notes or {}))
+    clock = time.perf_counter()
+    algo = algorithm_config(cfg, run).build_algo()
+    result.build_seconds = time.perf_counter() - clock
+    start = time.perf_counter()
+    try:
+        _validate(cfg, algo, out, result, 0, start)
+        while True:
+            it = len(result.history) + 1
+            if run.iterations is not None and it > run.iterations:
+                break
+            if time.perf_counter() - start >= run.minutes * 60.0:
+                break
+            row = _iteration(algo, it, start)
+            result.history.append(row)
+            last = run.iterations is not None and it == run.iterations
+            val = None
+            if it % run.val_every == 0 or last or time.perf_counter() - start >= run.minutes * 60.0:
+                val = _validate(cfg, algo, out, result, it, start)
+            result.seconds = time.perf_counter() - start
+            write_record(out / "run.json", cfg, result)
+            if progress is not None:
+                progress(row, val)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise
+    finally:
+        result.seconds = time.perf_counter() - start
+        write_record(out / "run.json", cfg, result)
+        algo.stop()
+    return result
+
+
+def _iteration(algo, it: int, start: float) -> IterationRow:
+    res = algo.train()
+    runners = res.get("env_runners", {})
+    learner = res.get("learners", {}).get("default_policy", {})
+
+    def num(d: dict, key: str) -> float | None:
+        v = d.get(key)
+        return None if v is None or math.isnan(float(v)) else float(v)
+
+    steps = int(runners.get("num_env_steps_sampled_lifetime", 0))
+    return IterationRow(it, time.perf_counter() - start, steps,
+                        num(runners, "episode_return_mean"), num(runners, "censored_avg_jct"),
+                        num(learner, "policy_loss"), num(learner, "vf_loss"), num(learner, "entropy"))
+
+
+def _validate(cfg: ExperimentConfig, algo, out: Path, result: RLlibResult, it: int, start: float
+              ) -> Validation:
+    """Validate the learner's current module; export it (and save the algorithm) if it is the best."""
+    from dl2ray.learn.rl import validate
+    from dl2ray.learn.rllib_export import export_policy
+
+    module = algo.get_module()
+    best = result.best
+    avg_jct = validate(cfg, module.pi, result.val_seeds)
+    val = Validation(it, time.perf_counter() - start, avg_jct)
+    result.validation.append(val)
+    if best is None or val.avg_jct < best.avg_jct:
+        extra = {"kind": "rllib", "algo": result.run.algo, "iteration": it, "seed": result.run.seed,
+                 "init": result.run.init, "val_avg_jct": val.avg_jct, "val_seeds": result.val_seeds}
+        export_policy(out, module.pi, module.vf, cfg.catalogue.names, extra)
+        algo.save_to_path(str((out / "rllib").resolve()))
+    return val
+
+
+def write_record(path: Path, cfg: ExperimentConfig, result: RLlibResult) -> None:
+    """``OUT/run.json``: what the module docstring lists (NaN-free: missing values are null)."""
+    best = result.best
+    doc = {
+        "kind": "rllib", **result.notes, "run": asdict(result.run), "config": cfg.model_dump(mode="json"),
+        "train_seeds": seedsets.training(result.run.traces), "val_seeds": result.val_seeds,
+        "drf_val_avg_jct": result.drf_val_avg_jct, "build_seconds": result.build_seconds,
+        "seconds": result.seconds, "iterations": len(result.history), "interrupted": result.interrupted,
+        "best": asdict(best) if best else None,
+        "history": [asdict(r) for r in result.history],
+        "validation": [asdict(v) for v in result.validation],
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)

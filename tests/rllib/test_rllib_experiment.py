@@ -1,0 +1,173 @@
+"""`dl2ray experiment rllib` as a user runs it: a separate process that starts its own Ray.
+
+Two runs on the tiny config (tests/rllib/tiny.yaml): two PPO iterations whose
+exported policy `dl2ray compare --schedulers rllib:DIR` runs (in worker
+processes), and a run interrupted with Ctrl-C (SIGINT to its process group, as a
+terminal sends it). For both, every process the run started — its whole process
+tree, sampled while it ran, and anything naming its Ray session — is gone when it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from support import run_cli, wait_for
+
+HERE = Path(__file__).resolve().parent
+TINY = HERE / "tiny.yaml"
+DL2RAY = Path(sys.executable).with_name("dl2ray")
+SMALL_PPO = ["--algo-opt", "train_batch_size_per_learner=200", "--algo-opt", "minibatch_size=100",
+             "--algo-opt", "num_epochs=1", "--max-slots", "60", "--val-every", "1"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """pid → (parent pid, start time in clock ticks, command line) of every live, non-zombie process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if fields[0] != "Z":
+            out[int(d.name)] = (int(fields[1]), fields[19], cmd)
+    return out
+
+
+class Tree:
+    """Every process descended from ``root`` while it ran, sampled every 0.1 s: (pid, start time)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.seen = proc, set[tuple[int, str]]()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while self.proc.poll() is None:
+            procs = _processes()
+            tree, grew = {self.proc.pid}, True
+            while grew:
+                new = {p for p, (ppid, _, _) in procs.items() if ppid in tree} - tree
+                tree |= new
+                grew = bool(new)
+            self.seen |= {(p, procs[p][1]) for p in tree - {self.proc.pid} if p in procs}
+            threading.Event().wait(0.1)
+
+    def alive(self) -> list[str]:
+        """The processes seen that are still running (same pid *and* start time: not a reused pid)."""
+        self.thread.join()
+        procs = _processes()
+        return [procs[p][2] for p, start in self.seen if p in procs and procs[p][1] == start]
+
+
+def _session_processes(session_dir: str) -> list[str]:
+    name = Path(session_dir).name
+    return [cmd for _, _, cmd in _processes().values() if name in cmd]
+
+
+def _start(out: Path, *extra: str) -> tuple[subprocess.Popen, Tree]:
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    proc = subprocess.Popen([str(DL2RAY), "experiment", "rllib", "--config", str(TINY), "--out", str(out),
+                             "--seed", "3", *SMALL_PPO, *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    return proc, Tree(proc)
+
+
+def _no_leftovers(tree: Tree, session_dir: str) -> None:
+    assert len(tree.seen) >= 3, "the run should have started Ray's processes (gcs, raylet, …)"
+    wait_for("the run's processes to exit", lambda: not tree.alive() and not _session_processes(session_dir),
+             timeout_s=15)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("rllib") / "run"
+    proc, tree = _start(out, "--minutes", "5", "--iterations", "2", "--json")
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    doc = json.loads(stdout)
+    _no_leftovers(tree, doc["ray_session_dir"])
+    return out, doc
+
+
+def test_two_iterations_validated_and_exported(trained) -> None:
+    out, doc = trained
+    record = json.loads((out / "run.json").read_text())
+    assert doc["iterations"] == 2 and [r["iteration"] for r in record["history"]] == [1, 2]
+    assert [v["iteration"] for v in record["validation"]] == [0, 1, 2]
+    assert record["history"][-1]["env_steps"] >= 400
+    assert doc["best_val_avg_jct"] == min(v["avg_jct"] for v in record["validation"])
+    assert (out / "policy.pt").is_file() and (out / "rllib" / "algorithm_state.pkl").is_file()
+
+
+def test_exported_policy_is_the_rllib_module(trained) -> None:
+    """policy.pt holds the weights of the saved RLlib module, and both pick the same greedy actions."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from dl2ray.config import load_config
+    from dl2ray.env import DL2Env
+    from dl2ray.policy.network import load_checkpoint
+
+    out, _ = trained
+    module = RLModule.from_checkpoint(out / "rllib" / "learner_group" / "learner" / "rl_module"
+                                      / "default_policy")
+    ckpt = load_checkpoint(out / "policy.pt")
+    for name, tensor in ckpt.policy.state_dict().items():
+        assert torch.equal(tensor, module.pi.state_dict()[name]), name
+    env = DL2Env(cfg=load_config(TINY))
+    obs, _ = env.reset(options={"trace_seed": 3_000_000})
+    with torch.no_grad():
+        batch = {Columns.OBS: {k: torch.as_tensor(v)[None] for k, v in obs.items()}}
+        rllib_logits = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0].numpy()
+        ours = ckpt.policy(torch.as_tensor(obs["observations"])[None])[0].numpy()
+    mask = obs["action_mask"].astype(bool)
+    assert int(np.argmax(rllib_logits)) == int(np.argmax(np.where(mask, ours, -np.inf)))
+
+
+def test_compare_runs_the_exported_policy_in_worker_processes(trained, capsys) -> None:
+    out, _ = trained
+    code, stdout, err = run_cli(capsys, "compare", "--config", str(TINY), "--schedulers", f"drf,rllib:{out}",
+                                "--traces", "2", "--seed", "3000000", "--processes", "2", "--no-references",
+                                "--json")
+    assert code == 0, err
+    rows = {r["scheduler"]: r for r in json.loads(stdout)["results"]}
+    assert rows[f"rllib:{out}"]["jobs"] == 4
+
+
+def test_bad_options_exit_2_with_one_line(tmp_path, capsys) -> None:
+    code, _, err = run_cli(capsys, "experiment", "rllib", "--out", str(tmp_path), "--minutes", "1",
+                           "--algo", "dqn")
+    assert code == 2 and "--algo" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "compare", "--config", str(TINY), "--schedulers", f"rllib:{tmp_path}",
+                           "--traces", "1", "--processes", "1", "--no-references")
+    assert code == 2 and "policy.pt" in err
+
+
+def test_ctrl_c_stops_every_ray_process(tmp_path) -> None:
+    out = tmp_path / "run"
+    proc, tree = _start(out, "--minutes", "5")
+    wait_for("the first validation", lambda: (out / "run.json").is_file() or proc.poll() is not None,
+             timeout_s=240)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    record = json.loads((out / "run.json").read_text())
+    assert record["interrupted"] is True and (out / "policy.pt").is_file()
+    _no_leftovers(tree, record["ray_session_dir"])
