@@ -306,6 +306,9 @@ def register_all(app: typer.Typer) -> Plugins:
     from dl2ray.sched2.cli import train_sched2
 
     train_app.command("sched2")(train_sched2)
+    from dl2ray.harmony.cli import train_harmony
+
+    train_app.command("harmony")(train_harmony)
     app.add_typer(experiment_app, name="experiment",
                   help="The paper's learning experiments: training curves, ablations, OfflineRL.")
     return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}, root=app))

@@ -17,21 +17,44 @@ from functools import lru_cache
 
 import numpy as np
 
+from dl2ray.speed import spread_layout
+
 
 @dataclass(frozen=True)
 class Logged:
     """Arrays over logged (job, slot) samples: ``type`` (S,), ``size`` (S, 2) workers/PS,
-    ``mean_foreign``/``max_foreign`` (S, L), ``slowdown`` (S,) in (0, 1]."""
+    ``mean_foreign``/``max_foreign`` (S, L), ``layout`` (S, 3) (:func:`layout_features`),
+    ``slowdown`` (S,) in (0, 1] (observed / isolated at the same placement) and ``speed`` (S,):
+    observed / the speed of the same job with every task on a node of its own and no
+    interference (what the reward model predicts)."""
 
     type: np.ndarray
     size: np.ndarray
     mean_foreign: np.ndarray
     max_foreign: np.ndarray
+    layout: np.ndarray
     slowdown: np.ndarray
+    speed: np.ndarray
 
     def take(self, idx) -> Logged:
-        return Logged(self.type[idx], self.size[idx], self.mean_foreign[idx], self.max_foreign[idx],
-                      self.slowdown[idx])
+        return Logged(*(getattr(self, f)[idx] for f in
+                        ("type", "size", "mean_foreign", "max_foreign", "layout", "slowdown", "speed")))
+
+    def __len__(self) -> int:
+        return len(self.type)
+
+
+def layout_features(worker_nodes, ps_nodes) -> np.ndarray:
+    """Shape (3,): nodes used / tasks, most tasks on one node / tasks, and the fraction of
+    worker-PS pairs that share a node."""
+    from collections import Counter
+
+    nodes = (*worker_nodes, *ps_nodes)
+    n = max(len(nodes), 1)
+    wc, pc = Counter(worker_nodes), Counter(ps_nodes)
+    pairs = max(len(worker_nodes) * len(ps_nodes), 1)
+    same = sum(wc[x] * pc[x] for x in wc)
+    return np.array([len(set(nodes)) / n, max(Counter(nodes).values(), default=0) / n, same / pairs])
 
 
 def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
@@ -57,7 +80,8 @@ def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
     return Logged(t, np.array([r[1] for r in rows], np.float64).reshape(-1, 2),
                   np.array([r[2] for r in rows]).reshape(-1, L),
                   np.array([r[3] for r in rows]).reshape(-1, L),
-                  np.array([r[4] for r in rows], np.float64))
+                  np.array([r[4] for r in rows]).reshape(-1, 3),
+                  np.array([r[5] for r in rows], np.float64), np.array([r[6] for r in rows], np.float64))
 
 
 def _samples(sim, alloc, step, L: int) -> list[tuple]:
@@ -85,8 +109,11 @@ def _samples(sim, alloc, step, L: int) -> list[tuple]:
             mine = sum(1 for x in nodes if x == node)
             foreign.append(counts[node] - mine * own)
         f = np.array(foreign)
-        out.append((job.type_index, (len(pl.worker_nodes), len(pl.ps_nodes)), f.mean(0), f.max(0),
-                    step.epochs[j] / slot_s / iso))
+        w, p = len(pl.worker_nodes), len(pl.ps_nodes)
+        spread = sim.speed.epochs_per_second(job.type_index, spread_layout(w, p))
+        observed = step.epochs[j] / slot_s
+        out.append((job.type_index, (w, p), f.mean(0), f.max(0),
+                    layout_features(pl.worker_nodes, pl.ps_nodes), observed / iso, observed / spread))
     return out
 
 

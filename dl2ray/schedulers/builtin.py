@@ -62,6 +62,12 @@ def register_builtin() -> None:
         return load
 
     register("sched2", sched2)
+    def harmony():
+        from dl2ray.harmony.policy import load as load_harmony
+
+        return load_harmony
+
+    register("harmony", harmony)
     for name in ("lb-place", "tetris-place", "lif-linear", "random-place"):
         register(name, _harmony_baseline(name))
 

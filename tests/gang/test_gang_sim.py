@@ -97,7 +97,7 @@ job_st = st.tuples(st.integers(0, 5), st.integers(0, 5), st.floats(60.0, 900.0),
                    st.sampled_from([1, 1, 2, 3, 4, 6, 8]))
 
 
-def _check(view, alloc, before):
+def _check(view, alloc, before, ps=False):
     jobs = {j.job_id: j for j in view.jobs}
     assert set(alloc.tasks) <= set(jobs), "allocated a job not arrived or already completed"
     usage = np.zeros_like(view.capacity)
@@ -106,12 +106,16 @@ def _check(view, alloc, before):
         assert job.arrival_slot <= view.slot
         assert t == job.fixed_tasks, "gang: the whole job or nothing"
         pl = alloc.placement[job_id]
+        assert (len(pl.worker_nodes), len(pl.ps_nodes)) == tuple(t)
         for node in pl.worker_nodes:
             usage[node] += job.worker_demand
+        for node in pl.ps_nodes:
+            usage[node] += job.ps_demand
     assert np.all(usage <= view.capacity + 1e-9), "node capacity exceeded"
     for job_id, nodes in before.items():  # non-preemption: running jobs keep their nodes
         if job_id in jobs:
-            assert sorted(alloc.placement[job_id].worker_nodes) == nodes
+            pl = alloc.placement[job_id]
+            assert (sorted(pl.worker_nodes), sorted(pl.ps_nodes)) == nodes
 
 
 def run_checked(sim, sched, seed):
@@ -122,12 +126,15 @@ def run_checked(sim, sched, seed):
     while not sim.done:
         alloc = sched.decide(view)
         _check(view, alloc, before)
-        before = {j: sorted(pl.worker_nodes) for j, pl in alloc.placement.items()}
+        before = {j: (sorted(pl.worker_nodes), sorted(pl.ps_nodes)) for j, pl in alloc.placement.items()}
         step = sim.step(alloc)
         completed += step.completed
         view = step.view
     assert sorted(completed) == sorted(j.job_id for j in sim.trace), "not all completed once"
     return sim.result.jct
+
+
+run_checked_ps = run_checked  # PS jobs (Harmony) are checked by the same rules
 
 
 @pytest.mark.parametrize("name", GANG_SCHEDULERS)

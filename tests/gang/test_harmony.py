@@ -1,0 +1,118 @@
+"""Harmony: baselines' invariants in gang mode, the linear fit and the reward by hand, masks,
+the numpy actor equal to torch, and the learned scheduler's invariants with random weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import CONFIGS
+from test_gang_sim import run_checked_ps
+
+from dl2ray.config import ClusterConfig, NodeGroup, load_config
+from dl2ray.experiments import build_simulator
+from dl2ray.harmony.linear import Logged, fit_linear
+from dl2ray.harmony.nets import NumpyPolicy, build_actor_critic
+from dl2ray.harmony.policy import HarmonyScheduler, Placed, dims, encode, placement_reward
+from dl2ray.schedulers.base import make_scheduler
+from dl2ray.workload import JobSpec, sort_trace
+
+
+@pytest.fixture(scope="module")
+def harmony_cfg():
+    cfg = load_config(CONFIGS / "harmony.yaml")
+    return cfg.model_copy(update={
+        "cluster": ClusterConfig(nodes=(NodeGroup(count=3, cpu=8, gpu=2, mem=48),)),
+        "sim": cfg.sim.model_copy(update={"max_slots": 2000}),
+    })
+
+
+def _trace(cat, jobs):
+    out = []
+    for i, (t, arrival, frac, w, p) in enumerate(jobs):
+        jt = cat.types[t % len(cat)]
+        epochs = frac * jt.base_epochs
+        out.append(JobSpec(i, jt.name, arrival, epochs, epochs, workers=w, ps=p))
+    return sort_trace(out)
+
+
+job_st = st.tuples(st.integers(0, 7), st.integers(0, 4), st.floats(0.01, 0.05), st.integers(1, 2),
+                   st.integers(1, 2))
+
+
+def _random_harmony(cfg, seed):
+    m, types = int(cfg.cluster.capacity.shape[0]), len(cfg.catalogue)
+    sd, jd, _ = dims(m, types)
+    net = build_actor_critic(m, sd, jd, seed=seed)
+    npnet = NumpyPolicy(m, sd, {k: v.detach().numpy() for k, v in net.state_dict().items()})
+    return HarmonyScheduler(lambda s, mk, h: npnet.greedy(s, mk))
+
+
+def _build(name, cfg):
+    if name == "harmony-random":
+        return _random_harmony(cfg, 0)
+    if name == "lif-linear-random":  # lif-linear's scoring with arbitrary coefficients (its fit is slow)
+        from dl2ray.harmony.baselines import FifoPlacer, linear_score
+
+        return FifoPlacer(name, linear_score(np.random.default_rng(0).random((8, 8))))
+    return make_scheduler(name, cfg)
+
+
+@pytest.mark.parametrize("name", ["lb-place", "tetris-place", "random-place", "lif-linear-random",
+                                  "harmony-random"])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(job_st, min_size=1, max_size=6), seed=st.integers(0, 2**16))
+def test_placement_scheduler_invariants(name, harmony_cfg, jobs, seed):
+    sched = _build(name, harmony_cfg)
+    trace = _trace(harmony_cfg.catalogue, jobs)
+    jct = run_checked_ps(build_simulator(harmony_cfg, trace), sched, seed)
+    assert run_checked_ps(build_simulator(harmony_cfg, trace), sched, seed) == jct
+
+
+def test_linear_fit_recovers_coefficients():
+    rng = np.random.default_rng(0)
+    L, n = 3, 200
+    coef = np.array([[0.1, 0.0, 0.3], [0.0, 0.2, 0.0], [0.05, 0.05, 0.05]])
+    types = rng.integers(0, L, n)
+    x = rng.random((n, L)) * 3
+    slow = 1 - np.einsum("ij,ij->i", x, coef[types])
+    data = Logged(types, np.ones((n, 2)), x, x, np.zeros((n, 3)), slow, slow)
+    assert fit_linear(data, L) == pytest.approx(coef, abs=1e-9)
+
+
+def test_placement_reward_by_hand():
+    placed = Placed(servers=2, types=2)
+    placed.add(1, 0, (0,), (0,))
+    placed.add(2, 1, (0,), (1,))
+
+    def predict(f):  # ŷ = 1 − 0.1 · (mean foreign tasks per task) from the features' mean block
+        mean_foreign = f[:, 4:6] * 4.0
+        return 1.0 - 0.1 * mean_foreign.sum(1)
+
+    # job 2: its worker on node 0 meets 2 tasks of job 1, its PS on node 1 none -> mean 1 -> 0.9.
+    # job 1 before: alone -> 1.0; after: each of its 2 tasks on node 0 meets 1 foreign -> 0.9
+    assert placement_reward(placed, 2, predict) == pytest.approx(0.9 + (0.9 - 1.0))
+
+
+def test_masks_follow_capacity_and_tasks_left(harmony_cfg):
+    sim = build_simulator(harmony_cfg, _trace(harmony_cfg.catalogue, [(0, 0, 0.02, 2, 1)]))
+    view = sim.reset(0)
+    job = view.jobs[0]
+    free = view.capacity.copy()
+    free[1] = 0.0
+    state, mask = encode(job, free, view.capacity, Placed(3, 8), np.zeros((3, 2)), (2, 0))
+    assert mask.tolist() == [True, False, True, False, False, False]
+    assert state.shape == (dims(3, 8)[2],)
+
+
+def test_numpy_policy_equals_torch():
+    import torch
+
+    m, sd, jd = 3, 13, 12
+    net = build_actor_critic(m, sd, jd, seed=1)
+    x = np.random.default_rng(0).random(m * sd + jd).astype(np.float32)
+    want = net(torch.from_numpy(x[None]))[0][0].detach().numpy()
+    got = NumpyPolicy(m, sd, {k: v.detach().numpy() for k, v in net.state_dict().items()}).logits(x)
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
