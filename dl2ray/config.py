@@ -184,6 +184,13 @@ class ImproveConfig(_Frozen):
     batches: int = Field(default=8, ge=1, description="cross-entropy minibatches per update")
     batch_size: int = Field(default=256, ge=1, description="labels per minibatch")
     lr: float = Field(default=3e-4, gt=0, description="Adam learning rate of the imitation updates")
+    operator: Literal["step", "shape"] = Field(
+        default="step", description="step: re-take single decision steps (dl2ray.learn.improve); shape: "
+        "local search over each job's (workers, PS) in the slot, whole slot labelled "
+        "(dl2ray.learn.shape_search)")
+    rounds: int = Field(default=2, ge=1, description="shape: moves per slot at most (improvement rounds)")
+    min_gain: float = Field(default=0.0, ge=0, description="shape: a move is taken only if it beats the "
+                            "current counts' return by more than this (near-ties are noise to imitate)")
 
 
 class PolicyConfig(_Frozen):

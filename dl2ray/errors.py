@@ -5,3 +5,7 @@ from __future__ import annotations
 
 class UserError(Exception):
     """Bad user input (config, trace, file, option); the message names the field or line."""
+
+
+class MissingInputError(UserError, FileNotFoundError):
+    """A file the user's config or options point to does not exist (still a ``FileNotFoundError``)."""

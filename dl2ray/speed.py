@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dl2ray.errors import MissingInputError
 from dl2ray.workload import JobCatalogue, JobType
 
 SURFACES_FILE = "surfaces.json"
@@ -167,7 +168,7 @@ def load_surfaces(directory: str | Path) -> dict[str, Surface]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(
+        raise MissingInputError(
             f"{path}: speed surfaces missing; run `dl2ray fit-speed FILE --out {directory}`"
         ) from None
     if doc.get("schema_version") != SCHEMA_VERSION:

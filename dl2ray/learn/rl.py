@@ -47,6 +47,7 @@ from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, imitation_update
 from dl2ray.learn.replay import ReplayBuffer
 from dl2ray.learn.rollout import Collector, to_batch
+from dl2ray.learn.shape_search import ShapeSearchCollector
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
     NumpyPolicy,
@@ -170,11 +171,17 @@ class Trainer:
         if opts.algo == "improve":
             imp = cfg.policy.improve
             self.opt = ActorCriticOptimizer(policy, value, imp.lr, opts.max_grad_norm)
-            self.improver = ImprovementCollector(
-                [build_simulator(cfg) for _ in range(imp.envs)], self.enc, seedsets.training(opts.traces),
-                imp.alternatives, self.sample_rng, imp.horizon, imp.reward, imp.gamma,
-                temperature=imp.temperature, points=imp.points,
-                select="random" if opts.zero_advantage else "best")
+            sims = [build_simulator(cfg) for _ in range(imp.envs)]
+            train_seeds = seedsets.training(opts.traces)
+            select = "random" if opts.zero_advantage else "best"
+            self.improver = (
+                ShapeSearchCollector(sims, self.enc, train_seeds, self.sample_rng, imp.horizon, imp.reward,
+                                     imp.gamma, select=select, rounds=imp.rounds,
+                                     min_gain=imp.min_gain)
+                if imp.operator == "shape" else
+                ImprovementCollector(sims, self.enc, train_seeds, imp.alternatives, self.sample_rng,
+                                     imp.horizon, imp.reward, imp.gamma, temperature=imp.temperature,
+                                     points=imp.points, select=select))
             self.labels = ImitationBuffer(imp.buffer, self.enc.state_dim, self.enc.action_dim)
         else:
             explore = JobAwareExploration.from_config(cfg) if opts.exploration else None

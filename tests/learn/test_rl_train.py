@@ -119,3 +119,16 @@ def test_cli_train_rl_user_errors(capsys, tmp_path):
     code, _, err = run_cli(capsys, "train", "rl", "--updates", "1", "--out", str(tmp_path / "x.pt"),
                         "--init", str(tmp_path / "missing.pt"))
     assert code != 0 and "missing.pt" in err
+
+
+def test_cli_train_rl_without_speed_surfaces_exits_2(capsys, tmp_path):
+    """A config whose speed.surfaces directory has no surfaces.json: one line, exit 2, no traceback."""
+    from support import CONFIGS
+
+    text = (CONFIGS / "testbed.yaml").read_text(encoding="utf-8")
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(text.replace("jobtypes: jobtypes.yaml", f"jobtypes: {CONFIGS / 'jobtypes.yaml'}"),
+                   encoding="utf-8")
+    code, _, err = run_cli(capsys, "train", "rl", "--config", str(cfg), "--updates", "1",
+                           "--out", str(tmp_path / "x.pt"))
+    assert code == 2 and "surfaces.json" in err and "Traceback" not in err

@@ -1,0 +1,138 @@
+"""Rollout policy improvement over whole-slot job shapes: local search on ``(workers, PS)`` per job.
+
+Why. :mod:`dl2ray.learn.improve` re-takes single decision *steps*; a better
+shape (say 3 PS : 1 worker) is several unlikely steps away from a DRF-like
+policy, and one changed step moves the slot's outcome by little. Here the
+unit of improvement is a job's *shape* in the slot's allocation, and the
+label is the whole slot, rebuilt step by step exactly as supervised learning
+labels a teacher's allocation (:func:`dl2ray.learn.teacher.decompose`).
+
+**Labels** (:class:`ShapeSearchCollector`), per training slot with view ``s_t``:
+
+1. the greedy policy decides the slot; its task counts ``T_0`` (job → (w, p));
+2. ``rounds`` times: every *move* of ``T`` — for one job ``j``: one more
+   worker, one more PS, one worker fewer, one PS fewer (a job left with no
+   worker or no PS gets nothing), or ``(1, 1)`` for a job that had nothing —
+   is rebuilt through the decision loop (a move that does not fit is
+   dropped) and followed by ``horizon − 1`` greedy slots from the same
+   simulator snapshot (common random numbers), giving
+   ``q(T') = Σ_{h<H} γ^h r_{t+h}``; ``T`` becomes the best move if it beats
+   ``q(T)`` by more than ``min_gain``, else the search stops;
+3. the labels are the steps that rebuild the final ``T`` (all steps of the
+   slot; with no better move found, the steps that rebuild ``T_0``);
+4. the episode goes on with the greedy decision (the learner's own states,
+   as in DAgger).
+
+``reward`` as in :mod:`dl2ray.learn.improve` (``jobs``: minus job-slots in
+the system, so a run's sum is minus its total JCT). **Control**
+(``select="random"``): each round moves to a uniformly drawn candidate
+(including staying) without looking at the returns — same states, same
+rollouts, same number of labels, no outcome information.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dl2ray.learn.improve import Improvement, ImprovementCollector
+from dl2ray.learn.teacher import decompose
+from dl2ray.policy.decision import decide_slot
+from dl2ray.policy.encoding import Encoding
+from dl2ray.sim import Simulator
+from dl2ray.view import Allocation, ClusterView, Tasks
+
+Shape = dict[int, Tasks]
+
+
+def shape_moves(view: ClusterView, tasks: Shape) -> list[Shape]:
+    """Every one-task change of ``tasks`` over the jobs of ``view`` (see the module docstring, step 2).
+
+    Caps are not checked here: the rebuild through the decision loop drops what does not fit.
+    """
+    out: list[Shape] = []
+    for job in view.jobs:
+        w, p = tasks.get(job.job_id, Tasks(0, 0))
+        if w == 0 and p == 0:
+            shapes = [Tasks(1, 1)]
+        else:
+            shapes = [Tasks(w + 1, p), Tasks(w, p + 1),
+                      Tasks(w - 1, p) if w > 1 else Tasks(0, 0),
+                      Tasks(w, p - 1) if p > 1 else Tasks(0, 0)]
+        for s in dict.fromkeys(shapes):  # (1, 1) → both shrinks give (0, 0): try it once
+            moved = dict(tasks)
+            if s == (0, 0):
+                moved.pop(job.job_id, None)
+            else:
+                moved[job.job_id] = s
+            out.append(moved)
+    return out
+
+
+class ShapeSearchCollector(ImprovementCollector):
+    """Training episodes side by side over ``trace_seeds``, labelled by shape search (module docstring).
+
+    ``rng`` draws the control's picks; ``rounds`` bounds the moves per slot.
+    """
+
+    def __init__(self, sims: Sequence[Simulator], enc: Encoding, trace_seeds: Sequence[int],
+                 rng: np.random.Generator, horizon: int = 10, reward: str = "jobs", gamma: float = 1.0,
+                 select: str = "best", rounds: int = 1, min_gain: float = 0.0,
+                 start_episode: int = 0) -> None:
+        super().__init__(sims, enc, trace_seeds, 1, rng, horizon, reward, gamma, select=select,
+                         start_episode=start_episode)
+        self.rounds, self.min_gain = max(1, rounds), min_gain
+
+    def improve(self, policy, e: int) -> list[Improvement]:
+        sim = self.sims[e]
+        if self._views[e] is None:
+            self._views[e] = sim.reset(self.trace_seeds[self.episodes % len(self.trace_seeds)])
+            self.episodes += 1
+        view = self._views[e]
+        assert view is not None
+        greedy = decide_slot(view, policy, self.enc)
+        snap = sim.snapshot()
+        tasks: Shape = dict(greedy.allocation.tasks)
+        q0 = q = self._evaluate(sim, snap, view, tasks, policy)
+        assert q is not None  # the greedy counts rebuild exactly
+        for _ in range(self.rounds):
+            scored = [(m, self._evaluate(sim, snap, view, m, policy)) for m in shape_moves(view, tasks)]
+            scored = [(m, v) for m, v in scored if v is not None]
+            if not scored:
+                break
+            if self.select == "best":
+                best, value = max(scored, key=lambda mv: mv[1])
+                if value <= q + max(self.min_gain, 1e-9):
+                    break
+            else:
+                pick = int(self.rng.integers(len(scored) + 1))
+                if pick == len(scored):  # staying is one of the control's choices
+                    break
+                best, value = scored[pick]
+            tasks, q = best, value
+        labelled = decompose(view, Allocation(tasks), self.enc, record=True).decision.steps
+        changed = tasks != dict(greedy.allocation.tasks)
+        # returns (q of the greedy counts, q of the labelled counts): ``gain`` is the search's gain
+        out = [Improvement(s.state, s.mask, np.array([s.action, s.action]), np.array([q0, q]), int(changed),
+                           changed) for s in labelled]
+        sim.restore(snap)
+        res = sim.step(greedy.allocation)
+        self._views[e] = None if res.done else res.view
+        return out
+
+    def _evaluate(self, sim: Simulator, snap, view: ClusterView, tasks: Shape, policy) -> float | None:
+        """``q`` of the slot allocated as ``tasks`` (rebuilt by the decision loop); None: it does not fit."""
+        rebuilt = decompose(view, Allocation(tasks), self.enc, record=False)
+        if rebuilt.short or dict(rebuilt.decision.allocation.tasks) != tasks:
+            return None
+        sim.restore(snap)
+        res, g = self._step(sim, view, rebuilt.decision.allocation)
+        discount = 1.0
+        for _ in range(self.horizon - 1):
+            if res.done:
+                break
+            res, r = self._step(sim, res.view, decide_slot(res.view, policy, self.enc).allocation)
+            discount *= self.gamma
+            g += discount * r
+        return g
