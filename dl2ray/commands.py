@@ -310,5 +310,5 @@ def register_all(app: typer.Typer) -> Plugins:
 
     train_app.command("harmony")(train_harmony)
     app.add_typer(experiment_app, name="experiment",
-                  help="The paper's learning experiments: training curves, ablations, OfflineRL.")
+                  help="The paper's learning experiments (training curve, ablation, OfflineRL); RLlib.")
     return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}, root=app))
