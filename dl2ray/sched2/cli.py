@@ -18,6 +18,9 @@ def train_sched2(
     episodes: Annotated[int, typer.Option(min=1, help="training traces (one episode each)")] = 40,
     window: Annotated[int, typer.Option(min=1, help="J: waiting jobs the agent chooses from")] = 10,
     lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate")] = 5e-4,
+    gamma: Annotated[float, typer.Option(min=0.0, max=1.0, help="discount per decision")] = 0.99,
+    jobs: Annotated[int | None, typer.Option(
+        min=1, help="jobs per training trace (default: workload.num_jobs; validation: the config's)")] = None,
     val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 2,
     eval_every: Annotated[int, typer.Option(min=1, help="validate every this many episodes")] = 5,
     seed: Annotated[int, typer.Option(help="network init, exploration and replay seed")] = 0,
@@ -34,8 +37,8 @@ def train_sched2(
     if out.suffix != ".pt":
         raise UserError(f"--out: {out}: expected a .pt checkpoint path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    st = DQNSettings(episodes=episodes, window=window, lr=lr, val_traces=val_traces,
-                     eval_every=eval_every, seed=seed)
+    st = DQNSettings(episodes=episodes, window=window, lr=lr, gamma=gamma, val_traces=val_traces,
+                     eval_every=eval_every, seed=seed, train_jobs=jobs)
 
     def show(row: dict) -> None:
         if not json_out:

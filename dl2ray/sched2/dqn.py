@@ -101,6 +101,8 @@ class DQNSettings:
     val_traces: int = 2
     eval_every: int = 5
     seed: int = 0
+    train_jobs: int | None = None
+    """Jobs per training trace (None: the config's ``workload.num_jobs``); validation keeps the config's."""
 
 
 @dataclass
@@ -205,6 +207,8 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
     torch.set_num_threads(1)
     shape = Sched2Shape.from_config(cfg, st.window)
     lr = Learner(shape, st)
+    train_cfg = cfg if st.train_jobs is None else cfg.model_copy(
+        update={"workload": cfg.workload.model_copy(update={"num_jobs": st.train_jobs})})
     val_seeds = seeds.validation(st.val_traces)
     log = TrainLog()
     best = float("inf")
@@ -220,7 +224,7 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
             lr.record(s, m, a, r)
 
         sched = Sched2Scheduler(cfg, shape, lr.choose, rec)
-        run_episode(build_simulator(cfg), sched, seeds.training(1, ep)[0])
+        run_episode(build_simulator(train_cfg), sched, seeds.training(1, ep)[0])
         lr.end_episode()
         row = {"episode": ep, "eps": lr.eps, "decisions": len(rewards), "reward": float(np.sum(rewards)),
                "updates": lr.updates, "loss": float(np.mean(lr.losses[-200:])) if lr.losses else float("nan"),
