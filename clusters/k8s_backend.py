@@ -46,6 +46,7 @@ import contextlib
 import json
 import logging
 import math
+import threading
 import time
 import zlib
 from collections import Counter
@@ -325,6 +326,46 @@ class KubeApi:
             )
 
 
+class PodPoll:
+    """The namespace's dl2ray pods, listed at most once per ``period_s`` however many jobs wait on them.
+
+    The jobs of one apply wait in parallel (pods Ready, released pods ended); sharing one listing
+    keeps that at one API call per period instead of one per job.
+    """
+
+    def __init__(self, api: KubeApi, period_s: float = 0.2) -> None:
+        self.api, self.period_s = api, period_s
+        self._lock = threading.Lock()
+        self._at = -math.inf
+        self._items: list[dict] = []
+
+    def pods(self, job: str) -> list[dict]:
+        with self._lock:
+            if time.monotonic() - self._at >= self.period_s:
+                self._items = self.api.pods()
+                self._at = time.monotonic()
+            items = self._items
+        return [p for p in items if p["metadata"]["labels"][ko.LABEL_JOB] == job]
+
+
+class Coordinators:
+    """How the backend talks to each job's coordinator: :class:`~elastic_mxnet.job.ElasticJob` over ZeroMQ.
+    (The API-server benchmark swaps in coordinators that answer in-process, to time the API side alone.)"""
+
+    def status(self, address: str) -> Any:
+        """The coordinator's ``StatusReply``, or None when it does not answer within 3 s."""
+        try:
+            with ElasticJob(address, timeout_s=3.0) as job:
+                return job.status(timeout_s=3.0)
+        except (TimeoutError, ScaleRefused):
+            return None
+
+    def scale(self, address: str, ps: int, workers: int, timeout_s: float) -> Any:
+        """``ElasticJob.scale`` (absolute targets); its ``ScaleReply``; ScaleRefused or TimeoutError."""
+        with ElasticJob(address, timeout_s=timeout_s) as job:
+            return job.scale(ps=ps, workers=workers)
+
+
 # ---- the world as read in one slot --------------------------------------------------------------------
 
 
@@ -439,9 +480,12 @@ class KubernetesBackend:
         catalogue: JobCatalogue,
         placement: str = "load_balancing",
         clock: Callable[[], float] = time.time,
+        coordinators: Coordinators | None = None,
     ) -> None:
         self.api, self.cfg, self.catalogue, self.placement = api, settings, catalogue, placement
         self.clock = clock
+        self.coordinators = coordinators or Coordinators()
+        self._poll = PodPoll(api)
         self.jobs: dict[str, JobState] = {}
         self.nodes = Nodes([], np.zeros((0, 3)))
         self.usage = np.zeros((0, 3))
@@ -509,11 +553,7 @@ class KubernetesBackend:
         addr = self.address(js)
         if addr is None:
             return None
-        try:
-            with ElasticJob(addr, timeout_s=3.0) as job:
-                return job.status(timeout_s=3.0)
-        except (TimeoutError, ScaleRefused):
-            return None
+        return self.coordinators.status(addr)
 
     def _validate(self, js: JobState) -> None:
         """Parse and check the DL2Job's spec; ``js.error`` names the field (``spec.FIELD: problem``)."""
@@ -768,6 +808,7 @@ class KubernetesBackend:
     def apply(self, allocation: Allocation) -> ApplyReport:
         """Converge every job on ``allocation`` (module docstring); scale-downs before scale-ups."""
         report = ApplyReport(self.slot_now())
+        self._poll = PodPoll(self.api)
         downs, ups = [], []
         for js in self.jobs.values():
             if js.spec is None or js.phase in TERMINAL_JOBS:
@@ -952,7 +993,7 @@ class KubernetesBackend:
         """Wait until every pod in ``names`` is Ready; TimeoutError if one failed or time ran out."""
         deadline = time.monotonic() + self.cfg.pods.ready_timeout_s
         while True:
-            pods = {p["metadata"]["name"]: p for p in self.api.pods(job)}
+            pods = {p["metadata"]["name"]: p for p in self._poll.pods(job)}
             failed = [n for n in names if n in pods and pod_phase(pods[n]) in TERMINAL_PODS]
             if failed:
                 raise TimeoutError(f"pods ended before they were Ready: {failed}")
@@ -972,8 +1013,7 @@ class KubernetesBackend:
         addr = self.address(js)
         assert addr is not None
         try:
-            with ElasticJob(addr, timeout_s=self.cfg.pods.register_timeout_s + 60) as job:
-                reply = job.scale(ps=ps, workers=workers)
+            reply = self.coordinators.scale(addr, ps, workers, self.cfg.pods.register_timeout_s + 60)
         except ScaleRefused:
             for name in action.created:  # the coordinator took none of them: no spare pods left behind
                 self.api.delete("Pod", name)
@@ -987,7 +1027,7 @@ class KubernetesBackend:
         target = {"ps": action.target[0], "worker": action.target[1]}
         deadline = time.monotonic() + self.cfg.pods.release_timeout_s
         while True:
-            pods = self.api.pods(js.name)
+            pods = self._poll.pods(js.name)
             live = Counter(
                 p["metadata"]["labels"][ko.LABEL_ROLE] for p in pods if pod_phase(p) not in TERMINAL_PODS
             )

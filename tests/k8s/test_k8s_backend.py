@@ -118,6 +118,7 @@ def test_suspend_pauses_with_one_ps_and_resume_goes_on_from_there(cluster):
 def test_agent_restart_adopts_running_jobs_without_touching_them(cluster):
     cluster.apply_job(small_job("mlp-r"))
     cluster.slot({"mlp-r": (1, 2)})
+    wait_for("some training", lambda: cluster.backend.snapshot().jobs[0].done_epochs > 0)
     names = sorted(p.metadata.name for p in cluster.pods("mlp-r"))
     cluster.backend.close()
     cluster.backend = cluster.new_backend()  # the agent restarted: nothing carried over but the cluster
