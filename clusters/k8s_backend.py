@@ -508,12 +508,10 @@ class KubernetesBackend:
         )
         cap = np.array([ko.triple((n.get("status") or {}).get("allocatable")) for n in raw_nodes])
         self.nodes = Nodes([n["metadata"]["name"] for n in raw_nodes], cap.reshape(-1, 3))
-        index = self.nodes.index()
-        self.usage = np.zeros_like(self.nodes.capacity)
         ours: list[dict] = []
-        for pod in self.api.all_pods():
-            if pod_phase(pod) not in TERMINAL_PODS and (node := pod_node(pod)) in index:
-                self.usage[index[node]] += pod_requests(pod)
+        pods = self.api.all_pods()
+        self.usage = self._usage(pods)
+        for pod in pods:
             meta = pod["metadata"]
             if meta.get("namespace", self.api.namespace) == self.api.namespace and (
                 meta.get("labels") or {}
@@ -544,6 +542,15 @@ class KubernetesBackend:
         ]
         for js, st in zip(running, self._pool.map(self._coordinator_status, running), strict=True):
             js.coord = st
+
+    def _usage(self, pods: list[dict]) -> np.ndarray:
+        """Per-node requests of the non-terminal pods bound or pinned to each node, shape (N, 3)."""
+        index = self.nodes.index()
+        usage = np.zeros_like(self.nodes.capacity)
+        for pod in pods:
+            if pod_phase(pod) not in TERMINAL_PODS and (node := pod_node(pod)) in index:
+                usage[index[node]] += pod_requests(pod)
+        return usage
 
     def address(self, js: JobState) -> str | None:
         ip = ((js.coordinator or {}).get("status") or {}).get("podIP")
@@ -828,6 +835,8 @@ class KubernetesBackend:
             grows = target[0] > before[0] or target[1] > before[1]
             (ups if grows else downs).append((js, action))
         self._run(downs, allocation, report)
+        if downs and ups:  # what the scale-downs freed is room for the scale-ups
+            self.usage = self._usage(self.api.all_pods())
         self._run(ups, allocation, report)
         return report
 
