@@ -37,11 +37,13 @@ def register(plugins: Plugins) -> None:
     """The ``dl2ray.plugins`` entry point: ``bench a3c``, and the trainer of ``train rl --agents N``."""
     plugins.groups["bench"].command("a3c")(bench_a3c)
     plugins.multi_agent_rl = train_multi_agent
+    from clusters.fed_cli import register_federation
     from clusters.k8s_cli import register_k8s
     from clusters.live_cli import register_live
 
     register_live(plugins)
     register_k8s(plugins)
+    register_federation(plugins)
 
 
 INLINE_BYTES = 4 << 20

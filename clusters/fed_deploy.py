@@ -1,0 +1,297 @@
+"""``dl2ray federation up|status|down``: the federation's composition root.
+
+Only here are the federation file, Ray clusters, the HTTP endpoint and the
+output folder wired together. ``up`` is idempotent: the learner, the endpoint
+and each member are named, detached actors in namespace ``dl2ray``
+(``fed-NAME-learner``, ``fed-NAME-gateway``, ``fed-NAME-member-MEMBER``) created
+with ``get_if_exists``; a second ``up`` starts only what is missing (a member
+that disappeared rejoins with fresh weights). When the file names no Ray
+address, ``up`` starts a head (``ray start --head --block``, pid in
+``OUT/state.json``) that ``down`` stops by that pid after the final checkpoint.
+
+Members in other Ray clusters (``ray_address`` set) are started by a short
+child process (``python -m clusters.fed_deploy``) connected to that cluster: one
+driver can be connected to one Ray cluster only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from clusters.fed_config import FederationFile, SimBackendSpec, learner_config, load_federation, member_config
+from dl2ray.errors import UserError
+
+
+def read_token(fed: FederationFile, create: bool = False) -> str:
+    """The shared token (first line of ``learner.http.token_file``); a new random one when ``create``."""
+    path = fed.resolve(fed.learner.http.token_file)
+    if path.exists():
+        token = path.read_text(encoding="utf-8").strip()
+        if len(token) < 16:
+            raise UserError(f"{path}: learner.http.token_file: token shorter than 16 characters")
+        return token
+    if not create:
+        raise UserError(f"{path}: learner.http.token_file: no token file (federation up creates it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def read_state(fed: FederationFile) -> dict[str, Any]:
+    try:
+        return json.loads(fed.state_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(fed: FederationFile, state: dict[str, Any]) -> None:
+    fed.out.mkdir(parents=True, exist_ok=True)
+    tmp = fed.state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    os.replace(tmp, fed.state_file)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def learner_address(fed: FederationFile) -> str | None:
+    state = read_state(fed)
+    if fed.learner.ray.address:
+        return fed.learner.ray.address
+    return state.get("address") if _alive(state.get("head_pid")) else None
+
+
+def _ray_env() -> None:
+    """Before Ray is first imported (it reads these at import): the node on loopback, no usage stats."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def connect(address: str) -> Any:
+    _ray_env()
+    import ray
+
+    from clusters.federation import NAMESPACE
+
+    if ray.is_initialized():
+        return ray
+    try:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError) as exc:
+        raise UserError(f"cannot connect to Ray at {address}: {exc}") from None
+    return ray
+
+
+def names(fed: FederationFile) -> dict[str, str]:
+    p = fed.actor_prefix
+    return {"learner": f"{p}-learner", "gateway": f"{p}-gateway", **{
+        f"member:{m.name}": f"{p}-member-{m.name}" for m in fed.members}}
+
+
+def _check_startable(fed: FederationFile) -> None:
+    for i, m in enumerate(fed.members):
+        if not isinstance(m.backend, SimBackendSpec):
+            raise UserError(f"members.{i}.backend.kind: {m.backend.kind!r} ({m.name}): federation up starts "
+                            "simulated members only; a live ray/k8s cluster joins through its own agent")
+
+
+def ensure_learner(fed: FederationFile) -> tuple[Any, Any | None, str | None]:
+    """Learner and (if enabled) gateway actors of the connected Ray; ``(learner, gateway, url)``."""
+    import ray
+
+    from clusters.a3c import _with_hidden_of
+    from clusters.fed_http import gateway_actor
+    from clusters.federation import NAMESPACE, FederatedPolicy, a3c_options
+
+    n = names(fed)
+    init = fed.resolve(fed.learner.init) if fed.learner.init else None
+    cfg = _with_hidden_of(learner_config(fed), init)
+    fed.out.mkdir(parents=True, exist_ok=True)
+    members = [{"name": m.name, "mode": m.mode, "weight": m.weight, "staleness": m.staleness}
+               for m in fed.members]
+    learner = FederatedPolicy.options(name=n["learner"], namespace=NAMESPACE, lifetime="detached",
+                                      get_if_exists=True).remote(
+        cfg, str(init) if init else None, fed.learner.seed, str(fed.checkpoint), a3c_options(fed), members,
+        str(fed.out / "tb"))
+    ray.get(learner.version.remote())
+    if not fed.learner.http.enabled:
+        return learner, None, None
+    h = fed.learner.http
+    gw = gateway_actor().options(name=n["gateway"], namespace=NAMESPACE, lifetime="detached",
+                                 get_if_exists=True).remote(n["learner"], read_token(fed, create=True),
+                                                            h.host, h.port)
+    try:
+        url = ray.get(gw.url.remote())
+    except ray.exceptions.RayActorError as exc:
+        ray.kill(gw, no_restart=True)
+        raise UserError(f"learner.http.port: cannot serve on {h.host}:{h.port}: {exc}") from None
+    return learner, gw, url
+
+
+def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
+    """Member ``index``'s agent in the connected Ray (created unless it runs)."""
+    from clusters.a3c import _with_hidden_of
+    from clusters.federation import NAMESPACE, MemberAgent, member_specs
+
+    init = fed.resolve(fed.learner.init) if fed.learner.init else None
+    cfg = _with_hidden_of(member_config(fed, index), init)
+    spec = member_specs(fed, fed.learner.seed)[index]
+    name = names(fed)[f"member:{spec.name}"]
+    return MemberAgent.options(name=name, namespace=NAMESPACE, lifetime="detached",
+                               get_if_exists=True).remote(cfg, spec, link)
+
+
+def _remote(fed_path: Path, action: str, member: str, url: str = "") -> None:
+    cmd = [sys.executable, "-m", "clusters.fed_deploy", action, str(fed_path), member, url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    if proc.returncode != 0:
+        raise UserError(f"member {member}: {action} in its Ray cluster failed: "
+                        f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+
+
+def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
+    """Start what is missing; return once every member has contacted the learner since this call."""
+    _ray_env()
+    from clusters.federation import ActorLink
+    from clusters.live_cli import start_head
+
+    fed = load_federation(path)
+    _check_startable(fed)
+    state = read_state(fed)
+    address = learner_address(fed)
+    if address is None:
+        head = start_head(fed.learner.ray.num_cpus, 0, fed.out / "ray-head.log")
+        address = head["address"]
+        state = {"address": address, "head_pid": head["pid"]}
+    ray = connect(address)
+    t0 = time.time()
+    learner, _, url = ensure_learner(fed)
+    state.update({"address": address, "url": url, "learner": names(fed)["learner"]})
+    _write_state(fed, state)
+    for i, m in enumerate(fed.members):
+        if m.ray_address is None:
+            start_local_member(fed, i, ActorLink(names(fed)["learner"]))
+        else:
+            _remote(path, "start-member", m.name, url or "")
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = ray.get(learner.status.remote())
+        waiting = [m["name"] for m in st["members"] if m["last_contact_s"] is None
+                   or m["last_contact_s"] > time.time() - t0 + 1.0]
+        if not waiting:
+            return {"address": address, "url": url, "updates": st["updates"], "boot": st["boot"],
+                    "members": [m.name for m in fed.members]}
+        if time.monotonic() > deadline:
+            raise UserError(f"members {waiting} did not contact the learner within {wait_s:.0f} s; "
+                            f"see `dl2ray federation status {path}`")
+        time.sleep(0.5)
+
+
+def status(path: Path) -> dict[str, Any]:
+    """The learner's view of every member (the ``status --json`` document)."""
+    _ray_env()
+    fed = load_federation(path)
+    address = learner_address(fed)
+    if address is None:
+        raise UserError(f"{path}: federation {fed.name!r} is not running (no Ray head recorded in "
+                        f"{fed.state_file}); start it with `dl2ray federation up {path}`")
+    ray = connect(address)
+    from clusters.federation import NAMESPACE
+
+    try:
+        learner = ray.get_actor(names(fed)["learner"], namespace=NAMESPACE)
+    except ValueError:
+        raise UserError(f"federation {fed.name!r}: no learner in the Ray cluster at {address}") from None
+    st = ray.get(learner.status.remote(), timeout=60)
+    for m in st["members"]:
+        m["jct_over_drf"] = (m["val_jct"] / m["drf_jct"]) if m["val_jct"] and m["drf_jct"] else None
+        m["where"] = fed.member(m["name"]).ray_address or "learner's Ray (actor)"
+    return {"federation": fed.name, "address": address, "url": read_state(fed).get("url"),
+            "checkpoint": str(fed.checkpoint), **st}
+
+
+def down(path: Path) -> dict[str, Any]:
+    """Stop members, write the final checkpoint, stop the learner and endpoint (and the head up started)."""
+    _ray_env()
+    from clusters.federation import NAMESPACE
+    from clusters.live_cli import stop_head
+
+    fed = load_federation(path)
+    state = read_state(fed)
+    address = learner_address(fed)
+    if address is None:
+        raise UserError(f"{path}: federation {fed.name!r} is not running")
+    ray = connect(address)
+    n = names(fed)
+    for m in fed.members:
+        if m.ray_address is not None:
+            try:
+                _remote(path, "stop-member", m.name)
+            except UserError as exc:  # its cluster is gone: nothing of it is left to stop
+                print(f"warning: {exc}", file=sys.stderr)
+            continue
+        try:
+            agent = ray.get_actor(n[f"member:{m.name}"], namespace=NAMESPACE)
+        except ValueError:
+            continue
+        ray.get(agent.stop.remote(), timeout=180)
+        ray.kill(agent, no_restart=True)
+    updates = None
+    try:
+        learner = ray.get_actor(n["learner"], namespace=NAMESPACE)
+        updates = ray.get(learner.final_checkpoint.remote(), timeout=300)
+        ray.kill(learner, no_restart=True)
+    except ValueError:
+        pass
+    with contextlib.suppress(ValueError):
+        ray.kill(ray.get_actor(n["gateway"], namespace=NAMESPACE), no_restart=True)
+    ray.shutdown()
+    if not fed.learner.ray.address and state.get("head_pid"):
+        stop_head(int(state["head_pid"]))
+    _write_state(fed, {**state, "head_pid": None, "stopped": time.time()})
+    return {"federation": fed.name, "updates": updates, "checkpoint": str(fed.checkpoint)}
+
+
+def _member_main(action: str, path: str, member: str, url: str) -> None:
+    """Child process: start or stop one member in its own Ray cluster (``ray_address``)."""
+    _ray_env()
+    from clusters.fed_http import HttpLink
+    from clusters.federation import NAMESPACE
+
+    fed = load_federation(path)
+    index = next(i for i, m in enumerate(fed.members) if m.name == member)
+    m = fed.members[index]
+    assert m.ray_address is not None
+    ray = connect(m.ray_address)
+    if action == "start-member":
+        agent = start_local_member(fed, index, HttpLink(url, read_token(fed)))
+        ray.get(agent.status.remote())
+    else:
+        try:
+            agent = ray.get_actor(names(fed)[f"member:{member}"], namespace=NAMESPACE)
+        except ValueError:
+            return
+        ray.get(agent.stop.remote(), timeout=180)
+        ray.kill(agent, no_restart=True)
+
+
+if __name__ == "__main__":
+    _member_main(*sys.argv[1:5])
