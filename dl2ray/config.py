@@ -191,6 +191,8 @@ class ImproveConfig(_Frozen):
     rounds: int = Field(default=2, ge=1, description="shape: moves per slot at most (improvement rounds)")
     min_gain: float = Field(default=0.0, ge=0, description="shape: a move is taken only if it beats the "
                             "current counts' return by more than this (near-ties are noise to imitate)")
+    futures: int = Field(default=0, ge=0, description="shape: score each move over this many re-drawn "
+                         "futures (0: the trace's own future, which the state does not show)")
 
 
 class PolicyConfig(_Frozen):

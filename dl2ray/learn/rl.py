@@ -177,7 +177,7 @@ class Trainer:
             self.improver = (
                 ShapeSearchCollector(sims, self.enc, train_seeds, self.sample_rng, imp.horizon, imp.reward,
                                      imp.gamma, select=select, rounds=imp.rounds,
-                                     min_gain=imp.min_gain)
+                                     min_gain=imp.min_gain, futures=imp.futures)
                 if imp.operator == "shape" else
                 ImprovementCollector(sims, self.enc, train_seeds, imp.alternatives, self.sample_rng,
                                      imp.horizon, imp.reward, imp.gamma, temperature=imp.temperature,

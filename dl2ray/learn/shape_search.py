@@ -23,6 +23,14 @@ labels a teacher's allocation (:func:`dl2ray.learn.teacher.decompose`).
 4. the episode goes on with the greedy decision (the learner's own states,
    as in DAgger).
 
+**Futures.** A rollout from the snapshot plays the trace's own future (which
+jobs arrive when, the simulator's noise draws), which the policy's state does
+not show; a label chosen on it is partly hindsight. With ``futures`` F > 0
+each move is instead scored by the mean of its returns over F re-drawn
+futures (:func:`redraw_future`: the jobs still to arrive replaced by the
+next jobs of another generated trace of the same config, the simulator's
+generator re-seeded), the same F futures for every move of the slot.
+
 ``reward`` as in :mod:`dl2ray.learn.improve` (``jobs``: minus job-slots in
 the system, so a run's sum is minus its total JCT). **Control**
 (``select="random"``): each round moves to a uniformly drawn candidate
@@ -33,6 +41,7 @@ rollouts, same number of labels, no outcome information.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,6 +53,28 @@ from dl2ray.sim import Simulator
 from dl2ray.view import Allocation, ClusterView, Tasks
 
 Shape = dict[int, Tasks]
+
+
+def redraw_future(sim: Simulator, trace_seed: int, noise_seed: int) -> None:
+    """Replace what ``sim`` will see from now on by another draw of the same workload (in place).
+
+    The jobs still to arrive keep their ids (and count) but take the type,
+    epochs and arrival gaps of the first jobs of ``generate_trace(cfg,
+    trace_seed)``: the ``i``-th pending job arrives ``1 + a_i − a_0`` slots
+    after the current one (``a``: that trace's arrival slots). The generator
+    (speed variation, loss noise) restarts from ``noise_seed``.
+    """
+    from dl2ray.traces.generate import generate_trace
+
+    pending = sorted(sim._pending, key=lambda j: (j.arrival_slot, j.job_id))
+    if pending:
+        alt = generate_trace(sim.cfg, trace_seed)
+        a0 = alt[0].arrival_slot
+        new = [replace(alt[i % len(alt)], job_id=p.job_id,
+                       arrival_slot=sim.slot + 1 + alt[i % len(alt)].arrival_slot - a0)
+               for i, p in enumerate(pending)]
+        sim._pending = sorted(new, key=lambda j: (j.arrival_slot, j.job_id), reverse=True)
+    sim.rng = np.random.default_rng(noise_seed)
 
 
 def shape_moves(view: ClusterView, tasks: Shape) -> list[Shape]:
@@ -78,11 +109,12 @@ class ShapeSearchCollector(ImprovementCollector):
 
     def __init__(self, sims: Sequence[Simulator], enc: Encoding, trace_seeds: Sequence[int],
                  rng: np.random.Generator, horizon: int = 10, reward: str = "jobs", gamma: float = 1.0,
-                 select: str = "best", rounds: int = 1, min_gain: float = 0.0,
+                 select: str = "best", rounds: int = 1, min_gain: float = 0.0, futures: int = 0,
                  start_episode: int = 0) -> None:
         super().__init__(sims, enc, trace_seeds, 1, rng, horizon, reward, gamma, select=select,
                          start_episode=start_episode)
-        self.rounds, self.min_gain = max(1, rounds), min_gain
+        self.rounds, self.min_gain, self.futures = max(1, rounds), min_gain, futures
+        self._future_seeds: list[tuple[int, int]] = []
 
     def improve(self, policy, e: int) -> list[Improvement]:
         sim = self.sims[e]
@@ -93,6 +125,9 @@ class ShapeSearchCollector(ImprovementCollector):
         assert view is not None
         greedy = decide_slot(view, policy, self.enc)
         snap = sim.snapshot()
+        # the slot's futures (same for every move): far from the training/validation/test seed sets
+        self._future_seeds = [(int(s), int(n)) for s, n in
+                              self.rng.integers(900_000_000, 999_999_999, size=(self.futures, 2))]
         tasks: Shape = dict(greedy.allocation.tasks)
         q0 = q = self._evaluate(sim, snap, view, tasks, policy)
         assert q is not None  # the greedy counts rebuild exactly
@@ -126,8 +161,19 @@ class ShapeSearchCollector(ImprovementCollector):
         rebuilt = decompose(view, Allocation(tasks), self.enc, record=False)
         if rebuilt.short or dict(rebuilt.decision.allocation.tasks) != tasks:
             return None
-        sim.restore(snap)
-        res, g = self._step(sim, view, rebuilt.decision.allocation)
+        if not self._future_seeds:
+            sim.restore(snap)
+            return self._return(sim, view, rebuilt.decision.allocation, policy)
+        total = 0.0
+        for trace_seed, noise_seed in self._future_seeds:
+            sim.restore(snap)
+            redraw_future(sim, trace_seed, noise_seed)
+            total += self._return(sim, view, rebuilt.decision.allocation, policy)
+        return total / len(self._future_seeds)
+
+    def _return(self, sim: Simulator, view: ClusterView, allocation: Allocation, policy) -> float:
+        """``Σ_{h<H} γ^h r_{t+h}``: ``allocation`` now, then greedy slots (from ``sim``'s current state)."""
+        res, g = self._step(sim, view, allocation)
         discount = 1.0
         for _ in range(self.horizon - 1):
             if res.done:

@@ -133,3 +133,34 @@ def test_shape_trainer_is_deterministic_and_learns():
     assert all((x == y).all() for x, y in zip(params_a, params_b, strict=True))
     start, _ = build_networks(ENC, TINY.policy.hidden, 2)
     assert any((x != y).any() for x, y in zip(params_a, start.parameters(), strict=True))
+
+
+def test_redrawn_future_keeps_the_pending_ids_and_arrives_later():
+    from dl2ray.learn.shape_search import redraw_future
+    from dl2ray.traces.generate import generate_trace
+
+    sim = build_simulator(TINY)
+    sim.reset(seeds.training(3)[0])
+    assert sim._pending  # jobs still to arrive at slot 0
+    ids = sorted(j.job_id for j in sim._pending)
+    snap = sim.snapshot()
+    redraw_future(sim, 123, 7)
+    alt = generate_trace(TINY, 123)
+    new = sorted(sim._pending, key=lambda j: (j.arrival_slot, j.job_id))
+    assert sorted(j.job_id for j in new) == ids
+    assert all(j.arrival_slot > sim.slot for j in new)
+    assert [j.job_type for j in new] == [j.job_type for j in alt[:len(new)]]
+    assert [j.arrival_slot - new[0].arrival_slot for j in new] == [
+        j.arrival_slot - alt[0].arrival_slot for j in alt[:len(new)]]
+    assert sim._pending[-1] is min(sim._pending, key=lambda j: (j.arrival_slot, j.job_id))  # pop() order
+    sim.restore(snap)
+    assert sorted(j.job_id for j in sim._pending) == ids and sim._pending == list(snap.pending)
+
+
+def test_search_over_redrawn_futures_is_deterministic():
+    def labels(seed):
+        col = ShapeSearchCollector([build_simulator(TINY) for _ in range(2)], ENC, seeds.training(3),
+                                   np.random.default_rng(seed), horizon=3, futures=2)
+        return [(it.label, tuple(it.returns)) for _ in range(3) for it in col.collect(_policy(), 2)]
+
+    assert labels(4) == labels(4)
