@@ -455,7 +455,10 @@ def _run_rllib(cfg: ExperimentConfig, run, out: Path):
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # e.g. a node that timed out starting on an overloaded machine
+            raise UserError(f"Ray did not start ({type(exc).__name__}: {exc})") from None
         session = ctx.address_info.get("session_dir")
         try:
             with _err.status(f"{run.algo} on DL2Env", spinner="dots") if _err.is_terminal else nullcontext():
