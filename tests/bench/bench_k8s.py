@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -150,8 +152,22 @@ class LedgerCoordinators(Coordinators):
         return {js.name: self.backend.address(js) for js in self.backend.jobs.values()}
 
 
-def run(jobs: int, workers: int) -> dict:
-    emu = Emulator()
+class ServerProcess:
+    """The emulator in a process of its own (``tests/k8s/emulator.py``), so that the API server and the
+    backend do not share one interpreter lock."""
+
+    def __init__(self) -> None:
+        script = str(HERE.parent / "k8s" / "emulator.py")
+        self.proc = subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+def run(jobs: int, workers: int, separate: bool = True) -> dict:
+    emu = ServerProcess() if separate else Emulator()
     try:
         conf = kubernetes.client.Configuration()
         conf.host = emu.url
@@ -234,6 +250,7 @@ def run(jobs: int, workers: int) -> dict:
         backend.close()
         return {
             "benchmark": "k8s reconcile",
+            "api_server": "kmock emulator, " + ("own process" if separate else "thread of this process"),
             "jobs": jobs,
             "member_pods_running": n_members,
             "coordinator_pods": jobs,
@@ -249,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--jobs", type=int, default=100)
     p.add_argument("--workers", type=int, default=9, help="workers per job (plus 1 PS)")
+    p.add_argument("--in-process", action="store_true", help="the API server in a thread of this process")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = p.parse_args(argv)
-    doc = run(args.jobs, args.workers)
+    doc = run(args.jobs, args.workers, separate=not args.in_process)
     print(json.dumps(doc) if args.json else json.dumps(doc, indent=1))
     return 0
 

@@ -113,3 +113,19 @@ def with_uid(obj: dict) -> dict:
     obj = {**obj, "metadata": {**obj["metadata"]}}
     obj["metadata"].setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, obj["metadata"]["name"])))
     return obj
+
+
+def main() -> None:
+    """``python tests/k8s/emulator.py``: the emulator in its own process (benchmarks); prints its URL."""
+    import signal
+    import sys
+
+    emu = Emulator()
+    print(emu.url, flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    emu.close()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
