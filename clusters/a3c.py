@@ -48,9 +48,9 @@ restarted that agent (so a restarted agent does not replay the first samples).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -401,7 +401,7 @@ class ClusterAgentImpl:
         torch.set_num_threads(options.threads)
         # By name, not by a handle argument: a restartable actor should not hold references in its
         # constructor arguments (Ray warns that a restart may fail once they go out of scope).
-        global_policy = ray.get_actor(global_name)
+        global_policy = ray.get_actor(global_name, namespace=A3C_NAMESPACE)
         self.cfg, self.gp, self.agent_id, self.opts = cfg, global_policy, agent_id, options
         self.incarnation = _incarnation()
         self.enc = Encoding.from_config(cfg)
@@ -514,6 +514,37 @@ class A3CResult:
     reports: list[AgentReport] = field(default_factory=list)
 
 
+A3C_NAMESPACE = "dl2ray"
+"""Ray namespace of every run's GlobalPolicy (and the agents' look-up of it)."""
+
+
+def global_policy_name(checkpoint: Path | None) -> str:
+    """The GlobalPolicy actor's name for a run writing ``checkpoint``: ``dl2ray-a3c-<stem>-<hash>``
+    (the hash of the absolute path; a run without a checkpoint is named after this process)."""
+    import hashlib
+
+    if checkpoint is None:
+        return f"dl2ray-a3c-pid{os.getpid()}-{next(_UNNAMED)}"
+    path = str(Path(checkpoint).resolve())
+    return f"dl2ray-a3c-{Path(path).stem}-{hashlib.sha256(path.encode()).hexdigest()[:10]}"
+
+
+_UNNAMED = itertools.count()
+
+
+def _name_free(name: str, wait_s: float = 10.0) -> bool:
+    """True once no actor holds ``name`` (a run's GlobalPolicy just killed may take a moment to go)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            ray.get_actor(name, namespace=A3C_NAMESPACE)
+        except ValueError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 class A3CRun:
     """The driver: one GlobalPolicy and ``options.agents`` ClusterAgents on the current Ray instance.
 
@@ -525,8 +556,13 @@ class A3CRun:
                  options: A3COptions | None = None, logdir: Path | None = None, resume: bool = False) -> None:
         self.opts = options or A3COptions()
         cfg = _with_hidden_of(cfg, init)
-        name = f"dl2ray-a3c-global-{uuid.uuid4().hex}"
-        self.gp = GlobalPolicy.options(name=name).remote(
+        name = self.name = global_policy_name(checkpoint)
+        if not _name_free(name):
+            raise RuntimeError(f"a GlobalPolicy named {name!r} already runs in namespace {A3C_NAMESPACE!r}: "
+                               f"another run writes {checkpoint}")
+        # Owned by this driver (it goes when the run does), but named in a fixed namespace: another
+        # process (Serve's weight pull, a federation member) finds it by global_policy_name(OUT).
+        self.gp = GlobalPolicy.options(name=name, namespace=A3C_NAMESPACE).remote(
             cfg, str(init) if init else None, seed, str(checkpoint) if checkpoint else None, self.opts,
             str(logdir) if logdir else None, resume)
         agent = ClusterAgent.options(max_restarts=self.opts.agent_restarts)
