@@ -130,3 +130,28 @@ def bench_federation(
 
     counts = [*(members or []), *(more or [])] or [2, 4, 8]
     emit(run_bench(config, counts, seconds), json_out)
+
+
+@federation_app.command("experiment")
+def experiment_command(
+    file: FileArg,
+    updates: Annotated[int, typer.Option(min=1, help="global updates of every training run")] = 60,
+    test_traces: Annotated[int, typer.Option(min=1, help="test traces per member (seeds 3,000,000..)")] = 2,
+    member: Annotated[list[str] | None, typer.Option("--member", help="only these members")] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Federated vs each member alone (same updates) vs DRF and Optimus on every member's test traces."""
+    import sys
+
+    from clusters.fed_experiment import run_experiment
+
+    doc = run_experiment(file, updates, test_traces, member,
+                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if json_out:
+        print(json.dumps(doc))
+        return
+    print(f"{'member':<16}{'nodes':>6}{'DRF':>9}{'Optimus':>9}{'init':>9}{'alone':>9}{'federated':>10}{'fed/alone':>10}")
+    for r in doc["members"]:
+        print(f"{r['member']:<16}{r['nodes']:>6}{r['drf_mean']:>9.2f}{r['optimus_mean']:>9.2f}"
+              f"{_fmt(r.get('init_mean'), '.2f'):>9}{r['alone_mean']:>9.2f}{r['federated_mean']:>10.2f}"
+              f"{r['federated_vs_alone']:>10.3f}")

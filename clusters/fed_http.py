@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 import numpy as np
+from fastapi import Request  # at module level: the route's annotation must resolve (postponed annotations)
 
 from dl2ray.learn.rl import UpdateRow
 
@@ -152,7 +153,7 @@ def authorized(header: str, token: str) -> bool:
 def make_app(endpoint: FedEndpoint, token: str):
     """The FastAPI app of :data:`ROUTES` over ``endpoint``; the token is checked before anything else."""
     import anyio
-    from fastapi import FastAPI, Request, Response
+    from fastapi import FastAPI, Response
 
     app = FastAPI(title="dl2ray federation learner")
 
@@ -174,7 +175,8 @@ def make_app(endpoint: FedEndpoint, token: str):
 class FedGatewayImpl:
     """uvicorn serving :func:`make_app` in a thread; behind :data:`FedGateway`. ``url()`` once it listens."""
 
-    def __init__(self, learner_name: str, token: str, host: str, port: int) -> None:
+    def __init__(self, learner: Any, token: str, host: str, port: int) -> None:
+        """``learner``: the learner actor's name (in a Ray cluster) or a plain learner object (tests)."""
         import socket
 
         import uvicorn
@@ -183,7 +185,7 @@ class FedGatewayImpl:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))  # bound here, so a taken port fails the constructor, not a thread
         self.host, self.port = host, sock.getsockname()[1]
-        config = uvicorn.Config(make_app(FedEndpoint(LearnerCalls(learner_name)), token), log_level="warning",
+        config = uvicorn.Config(make_app(FedEndpoint(LearnerCalls(learner)), token), log_level="warning",
                                 access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
