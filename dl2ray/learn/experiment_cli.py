@@ -455,10 +455,7 @@ def _run_rllib(cfg: ExperimentConfig, run, out: Path):
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        try:
-            ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        except Exception as exc:  # e.g. a node that timed out starting on an overloaded machine
-            raise UserError(f"Ray did not start ({type(exc).__name__}: {exc})") from None
+        ctx = _start_ray(ray)
         session = ctx.address_info.get("session_dir")
         try:
             with _err.status(f"{run.algo} on DL2Env", spinner="dots") if _err.is_terminal else nullcontext():
@@ -470,6 +467,20 @@ def _run_rllib(cfg: ExperimentConfig, run, out: Path):
         ray.shutdown()
         signal.signal(signal.SIGTERM, previous)
     return result, session
+
+
+def _start_ray(ray, attempts: int = 3):
+    """``ray.init`` of a private local instance, tried again after a failed start: Ray 2.60 gives the
+    raylet a fixed 30 s to register, which a machine at load average 12-15 on two cores exceeded."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:
+            ray.shutdown()  # stop what the failed start left running before trying again
+            if attempt == attempts:
+                raise UserError(f"Ray did not start in {attempts} tries ({exc})") from None
+            _err.print(f"Ray did not start ({exc}); trying again", highlight=False)
+    raise AssertionError("unreachable")
 
 
 def _rllib_progress(row, val) -> None:
