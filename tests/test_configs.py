@@ -36,8 +36,22 @@ def test_every_config_loads_and_runs_a_few_slots(path):
         from clusters.k8s_config import load_k8s_config
 
         cfg = load_k8s_config(path).experiment()
+    elif "members" in (yaml.safe_load(path.read_text()) or {}):
+        # a federation file (clusters/fed_config.py): every simulated member's experiment runs here;
+        # tests/clusters/test_federation.py runs members on Ray
+        from clusters.fed_config import load_federation, member_config
+
+        fed = load_federation(path)
+        for i, m in enumerate(fed.members):
+            if m.backend.kind == "sim":
+                _run_a_few_slots(member_config(fed, i))
+        return
     else:
         cfg = load_config(path)
+    _run_a_few_slots(cfg)
+
+
+def _run_a_few_slots(cfg) -> None:
     sim = build_simulator(cfg)
     view = sim.reset(0)
     # gang mode (dl2ray.gang) runs fixed-size jobs: DRF's resizing bundles do not apply there
