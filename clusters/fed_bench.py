@@ -3,8 +3,9 @@
 One local Ray instance (2 CPUs, loopback) started here and stopped on exit.
 For each member count N: a :class:`~clusters.federation.FederatedPolicy`
 (checkpoint every 20 updates in a temporary folder) and N simulated members of
-``--config`` (actor links, no validation), ``warmup`` unmeasured seconds, then
-the learner's accepted updates over ``seconds``. Then, with 2 members:
+``--config`` (actor links, no validation);
+once every member has had a gradient accepted (``start_s``), ``warmup``
+unmeasured seconds, then the learner's accepted updates over ``seconds``. Then, with 2 members:
 
 - **HTTP**: the federation endpoint (:class:`~clusters.fed_http.FedGatewayImpl`)
   beside the learner, one member in this process over :class:`~clusters.fed_http.HttpLink`
@@ -50,6 +51,16 @@ def _accepted(ray, gp) -> dict[str, int]:
     return {m["name"]: m["updates"] for m in ray.get(gp.status.remote())["members"]}
 
 
+def _wait_pushing(ray, gp, names: list[str], timeout_s: float = 600.0) -> float:
+    """Seconds until each named member has had a gradient accepted (actor start-up, first collection)."""
+    t0 = time.perf_counter()
+    while not all(_accepted(ray, gp)[n] > 0 for n in names):
+        if time.perf_counter() - t0 > timeout_s:
+            raise RuntimeError(f"members {names} did not push within {timeout_s:.0f} s")
+        time.sleep(0.2)
+    return time.perf_counter() - t0
+
+
 def throughput(ray, cfg, n: int, seconds: float, warmup: float, out: Path, seed: int) -> dict[str, Any]:
     from clusters.federation import NAMESPACE, ActorLink, MemberAgent
 
@@ -58,11 +69,12 @@ def throughput(ray, cfg, n: int, seconds: float, warmup: float, out: Path, seed:
     agents = [MemberAgent.options(namespace=NAMESPACE).remote(cfg, spec, ActorLink(name))
               for spec in _members(cfg, n, seed)]
     try:
+        ready = _wait_pushing(ray, gp, [f"m{i}" for i in range(n)])
         time.sleep(warmup)
         u0, t0 = ray.get(gp.version.remote())["updates"], time.perf_counter()
         time.sleep(seconds)
         u1, t1 = ray.get(gp.version.remote())["updates"], time.perf_counter()
-        return {"members": n, "updates": u1 - u0, "seconds": round(t1 - t0, 3),
+        return {"members": n, "start_s": round(ready, 1), "updates": u1 - u0, "seconds": round(t1 - t0, 3),
                 "updates_per_s": round((u1 - u0) / (t1 - t0), 3)}
     finally:
         for a in agents:
@@ -93,8 +105,8 @@ def http_and_rejoin(ray, cfg, out: Path, seed: int, http_pushes: int) -> dict[st
         per_push = (time.perf_counter() - t0) / http_pushes
         weights = int(local.numpy is not None and sum(p.numel() for p in local.policy.parameters())
                       + sum(p.numel() for p in local.value.parameters()))
-        # rejoin: wait for a checkpoint with both members in it, kill, time the way back
-        ray.get(gp.version.remote())
+        # rejoin: both actor members pushing, kill the learner, time the way back
+        _wait_pushing(ray, gp, ["m0", "m1"])
         before = _accepted(ray, gp)
         boot = ray.get(gp.version.remote())["boot"]
         t_kill = time.perf_counter()
