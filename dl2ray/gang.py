@@ -90,9 +90,7 @@ def gang_packing(room: np.ndarray, count: int) -> tuple[int, ...] | None:
     return tuple(sorted(nodes))
 
 
-def gang_place(
-    free: np.ndarray, job: JobView, catalogue: JobCatalogue, policy: str
-) -> JobPlacement | None:
+def gang_place(free: np.ndarray, job: JobView, catalogue: JobCatalogue, policy: str) -> JobPlacement | None:
     """A placement of the whole of ``job`` (its ``fixed_tasks``) inside ``free`` (N, 3), or None.
 
     All-reduce jobs (no PS): :func:`gang_packing` over the workers each node
@@ -106,8 +104,10 @@ def gang_place(
         return None if nodes is None else JobPlacement(nodes, ())
     placer = make_placer(free, free, policy, catalogue)
     for i in range(max(size.workers, size.ps)):
-        for role, demand, count in (("worker", job.worker_demand, size.workers),
-                                    ("ps", job.ps_demand, size.ps)):
+        for role, demand, count in (
+            ("worker", job.worker_demand, size.workers),
+            ("ps", job.ps_demand, size.ps),
+        ):
             if i < count and placer.place(job.job_id, role, demand) is None:
                 return None
     pl = (placer.allocation().placement or {})[job.job_id]
@@ -224,8 +224,11 @@ class GangRunResult(RunResult):
         done = list(self.end_time)
         wait = [self.first_run[j] - self.arrival[j] for j in done]
         run = [self.end_time[j] - self.first_run[j] for j in done]
-        eff = [self.ideal_seconds[j] / max((self.end_time[j] - self.arrival[j]) * self.slot_seconds, _EPS)
-               for j in done if j in self.ideal_seconds]
+        eff = [
+            self.ideal_seconds[j] / max((self.end_time[j] - self.arrival[j]) * self.slot_seconds, _EPS)
+            for j in done
+            if j in self.ideal_seconds
+        ]
         return {
             "waiting_time": float(np.mean(wait)) if wait else nan,
             "execution_time": float(np.mean(run)) if run else nan,
@@ -258,8 +261,17 @@ class GangSimulator(Simulator):
         self._fixed_trace = self._given_trace if self._given_trace is not None else gang_trace(self.cfg, seed)
         super().reset(seed)
         r = self.result
-        self.result = GangRunResult(r.slot_seconds, r.arrival, r.end_time, r.first_run, r.gpu_util,
-                                    r.cpu_util, r.rewards, r.slots, r.events)
+        self.result = GangRunResult(
+            r.slot_seconds,
+            r.arrival,
+            r.end_time,
+            r.first_run,
+            r.gpu_util,
+            r.cpu_util,
+            r.rewards,
+            r.slots,
+            r.events,
+        )
         for spec in self.trace:
             ti = self.catalogue.index(spec.job_type)
             if spec.ps == 0:
@@ -384,10 +396,17 @@ class GangSimulator(Simulator):
             # only the latest observation: a gang job runs thousands of slots, and nothing here fits curves
             job.history = (Observation(self.slot, t.ps, t.workers, epochs, seconds, 0.0),)
             if self.record_events:
-                self.result.events.append({
-                    "slot": self.slot, "job_id": job_id, "workers": t.workers, "ps": t.ps,
-                    "epochs": epochs, "seconds": seconds, "completed": job_id in completed,
-                })
+                self.result.events.append(
+                    {
+                        "slot": self.slot,
+                        "job_id": job_id,
+                        "workers": t.workers,
+                        "ps": t.ps,
+                        "epochs": epochs,
+                        "seconds": seconds,
+                        "completed": job_id in completed,
+                    }
+                )
         cap = self.capacity.sum(axis=0)
         self.result.cpu_util.append(float(used[0] / cap[0]))
         self.result.gpu_util.append(float(used[1] / cap[1]) if cap[1] > 0 else 0.0)

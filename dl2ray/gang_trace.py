@@ -93,14 +93,15 @@ def _philly(cfg: ExperimentConfig, seed: int) -> Trace:
         raise ConfigError(f"workload.num_jobs: {n} is more than the {hi - lo} jobs of the CSV part")
     rng = np.random.default_rng([seed, 0x9417])
     start = int(rng.integers(lo, hi - n + 1))
-    arrivals = (t[start:start + n] - t[start]) * g.arrival_scale
-    dur, gp = d[start:start + n].copy(), gpus[start:start + n].copy()
+    arrivals = (t[start : start + n] - t[start]) * g.arrival_scale
+    dur, gp = d[start : start + n].copy(), gpus[start : start + n].copy()
     if g.one_gpu_share is not None:
         part_d, part_g = d[lo:hi], gpus[lo:hi]
         single, multi = np.flatnonzero(part_g == 1), np.flatnonzero(part_g > 1)
         pick_single = rng.random(n) < g.one_gpu_share
-        src = np.where(pick_single, single[rng.integers(0, len(single), n)],
-                       multi[rng.integers(0, len(multi), n)])
+        src = np.where(
+            pick_single, single[rng.integers(0, len(single), n)], multi[rng.integers(0, len(multi), n)]
+        )
         dur, gp = part_d[src], part_g[src]
     dur = np.clip(dur, g.min_duration_s, g.max_duration_s)
     gp = np.minimum(gp, g.max_gpus)
@@ -114,6 +115,7 @@ def _philly(cfg: ExperimentConfig, seed: int) -> Trace:
     for i in range(n):
         jt = cfg.catalogue.types[int(types[i])]
         batches = float(dur[i]) / jt.compute_s
-        jobs.append(JobSpec(i, jt.name, int(arrivals[i] // slot_s), batches, batches,
-                            workers=int(gp[i]), ps=0))
+        jobs.append(
+            JobSpec(i, jt.name, int(arrivals[i] // slot_s), batches, batches, workers=int(gp[i]), ps=0)
+        )
     return sort_trace(jobs)

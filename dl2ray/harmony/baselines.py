@@ -51,8 +51,10 @@ def tetris_score(t, d, free, cap, counts) -> np.ndarray:
 def linear_score(coef: np.ndarray) -> Score:
     """``lif-linear``'s score with coefficients ``coef`` (L, L): ``c[t, t']`` = slowdown of a
     type-``t`` task per foreign type-``t'`` task on its node."""
+
     def score(t, d, free, cap, counts) -> np.ndarray:
         return counts @ (coef[t] + coef[:, t]) + 1e-6 * load_of(free, cap)
+
     return score
 
 
@@ -66,8 +68,9 @@ def task_type_counts(view: ClusterView, placement: dict[int, JobPlacement]) -> n
     return counts
 
 
-def place_job(job: JobView, free: np.ndarray, cap: np.ndarray, counts: np.ndarray,
-              score: Score) -> JobPlacement | None:
+def place_job(
+    job: JobView, free: np.ndarray, cap: np.ndarray, counts: np.ndarray, score: Score
+) -> JobPlacement | None:
     """Place every task of ``job`` (workers and PS alternating) by ``score``, or None (no change)."""
     assert job.fixed_tasks is not None
     free, counts = free.copy(), counts.copy()
@@ -116,12 +119,15 @@ class FifoPlacer:
 
 def _need_gang(cfg) -> None:
     if cfg is None or getattr(cfg, "gang", None) is None:
-        raise UserError("Harmony's placement schedulers need a gang-mode config (a `gang:` group, "
-                        "e.g. configs/harmony.yaml)")
+        raise UserError(
+            "Harmony's placement schedulers need a gang-mode config (a `gang:` group, "
+            "e.g. configs/harmony.yaml)"
+        )
 
 
 def factory(name: str):
     """Registry loader for ``lb-place``, ``tetris-place``, ``lif-linear`` and ``random-place``."""
+
     def build(arg, cfg):
         _need_gang(cfg)
         if name == "lb-place":
@@ -133,6 +139,7 @@ def factory(name: str):
         from dl2ray.harmony.linear import fitted_coefficients
 
         return FifoPlacer(name, linear_score(fitted_coefficients(cfg)))
+
     return build
 
 

@@ -16,14 +16,17 @@ ABLATIONS = ("none", "no-rm", "no-replay", "no-explore")
 def train_harmony(
     out: Annotated[Path, typer.Option(help="checkpoint to write (.pt; its .json record goes beside it)")],
     config: Annotated[Path, typer.Option("--config", "-c", help="gang-mode experiment YAML")] = Path(
-        "configs/harmony.yaml"),
+        "configs/harmony.yaml"
+    ),
     episodes: Annotated[int, typer.Option(min=1, help="actor-critic training traces")] = 30,
     rm_traces: Annotated[int, typer.Option(min=1, help="training traces logged for the reward model")] = 4,
     ablation: Annotated[str, typer.Option(help=f"one of {', '.join(ABLATIONS)}")] = "none",
     eval_every: Annotated[int, typer.Option(min=1, help="validate every this many episodes")] = 3,
     seed: Annotated[int, typer.Option(help="network init, exploration and replay seed")] = 0,
-    reward_model: Annotated[Path | None, typer.Option(
-        help="reuse the reward model of this harmony checkpoint instead of training one")] = None,
+    reward_model: Annotated[
+        Path | None,
+        typer.Option(help="reuse the reward model of this harmony checkpoint instead of training one"),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Harmony: reward-prediction model on logged placements, then actor-critic placement."""
@@ -34,13 +37,16 @@ def train_harmony(
         raise UserError(f"--ablation: {ablation!r}; choose from {list(ABLATIONS)}")
     cfg = load_config(config)
     if cfg.gang is None or cfg.gang.workload != "synthetic" or cfg.speed.model != "measured":
-        raise UserError(f"--config: {config}: Harmony trains on a gang-mode config with PS jobs "
-                        "(gang.workload: synthetic, speed.model: measured)")
+        raise UserError(
+            f"--config: {config}: Harmony trains on a gang-mode config with PS jobs "
+            "(gang.workload: synthetic, speed.model: measured)"
+        )
     if out.suffix != ".pt":
         raise UserError(f"--out: {out}: expected a .pt checkpoint path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    st = HarmonySettings(episodes=episodes, rm_traces=rm_traces, ablation=ablation, eval_every=eval_every,
-                         seed=seed)
+    st = HarmonySettings(
+        episodes=episodes, rm_traces=rm_traces, ablation=ablation, eval_every=eval_every, seed=seed
+    )
 
     def show(row: dict) -> None:
         if not json_out:
@@ -50,8 +56,12 @@ def train_harmony(
         raise UserError(f"--reward-model: {reward_model}: no such checkpoint")
     record = train(cfg, st, out, on_row=show, rm_from=reward_model)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    summary = {"out": str(out), "reward_model": record["reward_model"], "episode": record.get("episode"),
-               "val_jct": record.get("val_jct")}
+    summary = {
+        "out": str(out),
+        "reward_model": record["reward_model"],
+        "episode": record.get("episode"),
+        "val_jct": record.get("val_jct"),
+    }
     if json_out:
         print(json.dumps(summary))
     else:

@@ -37,8 +37,12 @@ class Logged:
     speed: np.ndarray
 
     def take(self, idx) -> Logged:
-        return Logged(*(getattr(self, f)[idx] for f in
-                        ("type", "size", "mean_foreign", "max_foreign", "layout", "slowdown", "speed")))
+        return Logged(
+            *(
+                getattr(self, f)[idx]
+                for f in ("type", "size", "mean_foreign", "max_foreign", "layout", "slowdown", "speed")
+            )
+        )
 
     def __len__(self) -> int:
         return len(self.type)
@@ -77,11 +81,15 @@ def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
                 rows += _samples(sim, alloc, step, L)
                 view = step.view
     t = np.array([r[0] for r in rows], np.int64)
-    return Logged(t, np.array([r[1] for r in rows], np.float64).reshape(-1, 2),
-                  np.array([r[2] for r in rows]).reshape(-1, L),
-                  np.array([r[3] for r in rows]).reshape(-1, L),
-                  np.array([r[4] for r in rows]).reshape(-1, 3),
-                  np.array([r[5] for r in rows], np.float64), np.array([r[6] for r in rows], np.float64))
+    return Logged(
+        t,
+        np.array([r[1] for r in rows], np.float64).reshape(-1, 2),
+        np.array([r[2] for r in rows]).reshape(-1, L),
+        np.array([r[3] for r in rows]).reshape(-1, L),
+        np.array([r[4] for r in rows]).reshape(-1, 3),
+        np.array([r[5] for r in rows], np.float64),
+        np.array([r[6] for r in rows], np.float64),
+    )
 
 
 def _samples(sim, alloc, step, L: int) -> list[tuple]:
@@ -112,8 +120,17 @@ def _samples(sim, alloc, step, L: int) -> list[tuple]:
         w, p = len(pl.worker_nodes), len(pl.ps_nodes)
         spread = sim.speed.epochs_per_second(job.type_index, spread_layout(w, p))
         observed = step.epochs[j] / slot_s
-        out.append((job.type_index, (w, p), f.mean(0), f.max(0),
-                    layout_features(pl.worker_nodes, pl.ps_nodes), observed / iso, observed / spread))
+        out.append(
+            (
+                job.type_index,
+                (w, p),
+                f.mean(0),
+                f.max(0),
+                layout_features(pl.worker_nodes, pl.ps_nodes),
+                observed / iso,
+                observed / spread,
+            )
+        )
     return out
 
 

@@ -28,15 +28,27 @@ def rm_features(type_index: int, size, mean_foreign, max_foreign, layout, types:
     """Shape (3L + 5,): the reward model's input for one placed job."""
     onehot = np.zeros(types)
     onehot[type_index] = 1.0
-    return np.concatenate([onehot, np.asarray(size, dtype=np.float64) / 4.0,
-                           np.asarray(mean_foreign) / 4.0, np.asarray(max_foreign) / 4.0, layout])
+    return np.concatenate(
+        [
+            onehot,
+            np.asarray(size, dtype=np.float64) / 4.0,
+            np.asarray(mean_foreign) / 4.0,
+            np.asarray(max_foreign) / 4.0,
+            layout,
+        ]
+    )
 
 
 def logged_features(data, types: int) -> np.ndarray:
     """Shape (S, 3L + 5) for a :class:`~dl2ray.harmony.linear.Logged`."""
-    return np.stack([rm_features(int(t), s, a, b, lay, types) for t, s, a, b, lay in
-                     zip(data.type, data.size, data.mean_foreign, data.max_foreign, data.layout,
-                         strict=True)])
+    return np.stack(
+        [
+            rm_features(int(t), s, a, b, lay, types)
+            for t, s, a, b, lay in zip(
+                data.type, data.size, data.mean_foreign, data.max_foreign, data.layout, strict=True
+            )
+        ]
+    )
 
 
 def build_reward_model(inputs: int, seed: int = 0):
@@ -45,8 +57,9 @@ def build_reward_model(inputs: int, seed: int = 0):
 
     torch.manual_seed(seed)
     h1, h2 = RM_HIDDEN
-    return nn.Sequential(nn.Linear(inputs, h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, 1),
-                         nn.Softplus())
+    return nn.Sequential(
+        nn.Linear(inputs, h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, 1), nn.Softplus()
+    )
 
 
 def numpy_reward_model(weights: dict[str, np.ndarray]):
@@ -58,6 +71,7 @@ def numpy_reward_model(weights: dict[str, np.ndarray]):
         h = np.maximum(h @ w["2.weight"].T + w["2.bias"], 0)
         z = (h @ w["4.weight"].T + w["4.bias"])[:, 0]
         return np.logaddexp(0.0, z)  # softplus
+
     return f
 
 
@@ -111,9 +125,17 @@ class NumpyPolicy:
 def save_checkpoint(path, servers: int, types: int, rm, ac, record: dict) -> None:
     import torch
 
-    torch.save({"kind": "harmony", "servers": servers, "types": types,
-                "rm": {k: v.detach().cpu() for k, v in rm.state_dict().items()},
-                "ac": {k: v.detach().cpu() for k, v in ac.state_dict().items()}, "record": record}, path)
+    torch.save(
+        {
+            "kind": "harmony",
+            "servers": servers,
+            "types": types,
+            "rm": {k: v.detach().cpu() for k, v in rm.state_dict().items()},
+            "ac": {k: v.detach().cpu() for k, v in ac.state_dict().items()},
+            "record": record,
+        },
+        path,
+    )
 
 
 def read_checkpoint(path) -> dict:

@@ -90,8 +90,9 @@ def placement_reward(placed: Placed, job_id: int, predict: Callable[[np.ndarray]
     return float(after[0] + np.sum(after[1:] - before))
 
 
-def encode(job: JobView, free: np.ndarray, cap: np.ndarray, placed: Placed, own: np.ndarray,
-           left: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def encode(
+    job: JobView, free: np.ndarray, cap: np.ndarray, placed: Placed, own: np.ndarray, left: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """``(state, mask (2M,))`` for placing the next task of ``job``."""
     assert job.fixed_tasks is not None
     inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
@@ -112,7 +113,7 @@ def hints(mask: np.ndarray, free: np.ndarray, cap: np.ndarray, left: tuple[int, 
     m = len(free)
     load = load_of(free, cap)
     role = 0 if (left[0] >= left[1] and mask[:m].any()) or not mask[m:].any() else 1
-    allowed = mask[role * m:(role + 1) * m]
+    allowed = mask[role * m : (role + 1) * m]
     lb = int(np.argmin(np.where(allowed, load, np.inf)))
     bp = int(np.argmax(np.where(allowed, load, -np.inf)))
     return role * m + lb, role * m + bp
@@ -126,10 +127,14 @@ class HarmonyScheduler:
 
     name = "harmony"
 
-    def __init__(self, choose: Choose, predict: Callable[[np.ndarray], np.ndarray] | None = None,
-                 record: Callable[[np.ndarray, np.ndarray, int], None] | None = None,
-                 finish: Callable[[int, float], None] | None = None,
-                 rollback: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        choose: Choose,
+        predict: Callable[[np.ndarray], np.ndarray] | None = None,
+        record: Callable[[np.ndarray, np.ndarray, int], None] | None = None,
+        finish: Callable[[int, float], None] | None = None,
+        rollback: Callable[[], None] | None = None,
+    ) -> None:
         self.choose, self.predict, self.record, self.finish = choose, predict, record, finish
         self.rollback = rollback
 
@@ -210,8 +215,10 @@ def load(arg: str | None, cfg) -> HarmonyScheduler:
     ck = read_checkpoint(arg)
     servers, types = int(cfg.cluster.capacity.shape[0]), len(cfg.catalogue)
     if (ck["servers"], ck["types"]) != (servers, types):
-        raise UserError(f"harmony: {arg} is for {ck['servers']} servers and {ck['types']} job types; the "
-                        f"config has {servers} and {types}")
+        raise UserError(
+            f"harmony: {arg} is for {ck['servers']} servers and {ck['types']} job types; the "
+            f"config has {servers} and {types}"
+        )
     sd, _, _ = dims(servers, types)
     net = NumpyPolicy(servers, sd, ck["ac"])
     return HarmonyScheduler(lambda s, mk, h: net.greedy(s, mk))

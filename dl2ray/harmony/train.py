@@ -71,10 +71,15 @@ def train_reward_model(cfg, st: HarmonySettings):
         tr = float((torch.abs(model(x)[:, 0] - y) / y).mean())
         he = float((torch.abs(model(xh)[:, 0] - yh) / yh).mean())
         p90 = float(torch.quantile(torch.abs(model(xh)[:, 0] - yh) / yh, 0.9))
-    return model, {"train_rel_error": tr, "heldout_rel_error": he, "heldout_rel_error_p90": p90,
-                   "samples": len(train), "heldout_samples": len(held),
-                   "train_seeds": seeds.training(st.rm_traces),
-                   "heldout_seeds": seeds.validation(st.rm_val_traces)}
+    return model, {
+        "train_rel_error": tr,
+        "heldout_rel_error": he,
+        "heldout_rel_error_p90": p90,
+        "samples": len(train),
+        "heldout_samples": len(held),
+        "train_seeds": seeds.training(st.rm_traces),
+        "heldout_seeds": seeds.validation(st.rm_val_traces),
+    }
 
 
 class ACLearner:
@@ -167,8 +172,11 @@ class ACLearner:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.net.parameters(), 5.0)
             self.opt.step()
-            out = {"loss": loss.item(), "entropy": ent.mean().item(),
-                   "value_err": ((r - v) ** 2).mean().item()}
+            out = {
+                "loss": loss.item(),
+                "entropy": ent.mean().item(),
+                "value_err": ((r - v) ** 2).mean().item(),
+            }
         self.fresh = []
         return out
 
@@ -255,8 +263,13 @@ def train(cfg, st: HarmonySettings, out_path, on_row=None, rm_from=None) -> dict
         if st.ablation != "no-explore":
             learner.eps = st.eps_start + (st.eps_end - st.eps_start) * ep / max(1, st.episodes - 1)
         placed = run_training_episode(cfg, learner, predict, seeds.training(1, st.rm_traces + ep)[0])
-        row = {"episode": ep, "eps": learner.eps, "placed": placed, **learner.update(),
-               "seconds": time.time() - t0}
+        row = {
+            "episode": ep,
+            "eps": learner.eps,
+            "placed": placed,
+            **learner.update(),
+            "seconds": time.time() - t0,
+        }
         if (ep + 1) % st.eval_every == 0 or ep == st.episodes - 1:
             row["val_jct"] = evaluate(cfg, learner, val)
             if row["val_jct"] < best:

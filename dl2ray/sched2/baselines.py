@@ -33,8 +33,9 @@ class Profile:
 
     def __init__(self, cfg) -> None:
         if cfg is None or getattr(cfg, "gang", None) is None:
-            raise UserError("SCHED² schedulers need a gang-mode config (a `gang:` group, e.g. "
-                            "configs/sched2.yaml)")
+            raise UserError(
+                "SCHED² schedulers need a gang-mode config (a `gang:` group, e.g. configs/sched2.yaml)"
+            )
         cat = cfg.catalogue
         self.compute_s = np.array([t.compute_s for t in cat.types])
         self.beta = np.array([cfg.gang.locality.get(n, 0.0) for n in cat.names])

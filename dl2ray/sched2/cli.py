@@ -14,13 +14,18 @@ from dl2ray.errors import UserError
 def train_sched2(
     out: Annotated[Path, typer.Option(help="checkpoint to write (.pt; its .json log goes beside it)")],
     config: Annotated[Path, typer.Option("--config", "-c", help="gang-mode experiment YAML")] = Path(
-        "configs/sched2.yaml"),
+        "configs/sched2.yaml"
+    ),
     episodes: Annotated[int, typer.Option(min=1, help="training traces (one episode each)")] = 40,
     window: Annotated[int, typer.Option(min=1, help="J: waiting jobs the agent chooses from")] = 10,
     lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate")] = 5e-4,
     gamma: Annotated[float, typer.Option(min=0.0, max=1.0, help="discount per decision")] = 0.99,
-    jobs: Annotated[int | None, typer.Option(
-        min=1, help="jobs per training trace (default: workload.num_jobs; validation: the config's)")] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="jobs per training trace (default: workload.num_jobs; validation: the config's)"
+        ),
+    ] = None,
     val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 2,
     eval_every: Annotated[int, typer.Option(min=1, help="validate every this many episodes")] = 5,
     seed: Annotated[int, typer.Option(help="network init, exploration and replay seed")] = 0,
@@ -32,13 +37,22 @@ def train_sched2(
 
     cfg = load_config(config)
     if cfg.gang is None or cfg.gang.workload != "philly":
-        raise UserError(f"--config: {config}: SCHED² trains on a gang-mode Philly config "
-                        "(gang.workload: philly)")
+        raise UserError(
+            f"--config: {config}: SCHED² trains on a gang-mode Philly config (gang.workload: philly)"
+        )
     if out.suffix != ".pt":
         raise UserError(f"--out: {out}: expected a .pt checkpoint path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    st = DQNSettings(episodes=episodes, window=window, lr=lr, gamma=gamma, val_traces=val_traces,
-                     eval_every=eval_every, seed=seed, train_jobs=jobs)
+    st = DQNSettings(
+        episodes=episodes,
+        window=window,
+        lr=lr,
+        gamma=gamma,
+        val_traces=val_traces,
+        eval_every=eval_every,
+        seed=seed,
+        train_jobs=jobs,
+    )
 
     def show(row: dict) -> None:
         if not json_out:
@@ -50,5 +64,7 @@ def train_sched2(
     if json_out:
         print(json.dumps({"out": str(out), "best": log.best}))
     else:
-        typer.echo(f"wrote {out} (best validation avg JCT {log.best.get('val_jct')} slots at episode "
-                   f"{log.best.get('episode')})")
+        typer.echo(
+            f"wrote {out} (best validation avg JCT {log.best.get('val_jct')} slots at episode "
+            f"{log.best.get('episode')})"
+        )

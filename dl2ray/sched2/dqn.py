@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-def td_targets(rewards: np.ndarray, dones: np.ndarray, next_q: np.ndarray, next_masks: np.ndarray,
-               gamma: float) -> np.ndarray:
+def td_targets(
+    rewards: np.ndarray, dones: np.ndarray, next_q: np.ndarray, next_masks: np.ndarray, gamma: float
+) -> np.ndarray:
     """Shape (B,): ``r + γ (1 − done) max_{a' allowed} next_q`` (``next_q`` from the target net)."""
     allowed = np.where(next_masks, next_q, -np.inf)
     best = np.where(next_masks.any(axis=1), allowed.max(axis=1), 0.0)
@@ -37,8 +38,9 @@ def td_targets(rewards: np.ndarray, dones: np.ndarray, next_q: np.ndarray, next_
 class PrioritizedReplay:
     """Ring buffer of ``capacity`` transitions with proportional priorities (module docstring)."""
 
-    def __init__(self, capacity: int, state_dim: int, actions: int, alpha: float = 0.6,
-                 eps: float = 1e-3) -> None:
+    def __init__(
+        self, capacity: int, state_dim: int, actions: int, alpha: float = 0.6, eps: float = 1e-3
+    ) -> None:
         self.capacity, self.alpha, self.eps = capacity, alpha, eps
         self.s = np.zeros((capacity, state_dim), np.float32)
         self.s2 = np.zeros((capacity, state_dim), np.float32)
@@ -65,7 +67,7 @@ class PrioritizedReplay:
 
     def probabilities(self) -> np.ndarray:
         """``P(i)`` over the stored transitions."""
-        scaled = self.p[:self.size] ** self.alpha
+        scaled = self.p[: self.size] ** self.alpha
         return scaled / scaled.sum()
 
     def sample(self, n: int, rng: np.random.Generator, beta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -207,8 +209,11 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
     torch.set_num_threads(1)
     shape = Sched2Shape.from_config(cfg, st.window)
     lr = Learner(shape, st)
-    train_cfg = cfg if st.train_jobs is None else cfg.model_copy(
-        update={"workload": cfg.workload.model_copy(update={"num_jobs": st.train_jobs})})
+    train_cfg = (
+        cfg
+        if st.train_jobs is None
+        else cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"num_jobs": st.train_jobs})})
+    )
     val_seeds = seeds.validation(st.val_traces)
     log = TrainLog()
     best = float("inf")
@@ -226,15 +231,26 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
         sched = Sched2Scheduler(cfg, shape, lr.choose, rec)
         run_episode(build_simulator(train_cfg), sched, seeds.training(1, ep)[0])
         lr.end_episode()
-        row = {"episode": ep, "eps": lr.eps, "decisions": len(rewards), "reward": float(np.sum(rewards)),
-               "updates": lr.updates, "loss": float(np.mean(lr.losses[-200:])) if lr.losses else float("nan"),
-               "seconds": time.time() - t0}
+        row = {
+            "episode": ep,
+            "eps": lr.eps,
+            "decisions": len(rewards),
+            "reward": float(np.sum(rewards)),
+            "updates": lr.updates,
+            "loss": float(np.mean(lr.losses[-200:])) if lr.losses else float("nan"),
+            "seconds": time.time() - t0,
+        }
         if (ep + 1) % st.eval_every == 0 or ep == st.episodes - 1:
             row["val_jct"] = evaluate(cfg, shape, lr.weights(), val_seeds)
             if row["val_jct"] < best:
                 best = row["val_jct"]
-                log.best = {"settings": st.__dict__, "episode": ep, "val_jct": best,
-                            "val_seeds": val_seeds, "config": cfg.name}
+                log.best = {
+                    "settings": st.__dict__,
+                    "episode": ep,
+                    "val_jct": best,
+                    "val_seeds": val_seeds,
+                    "config": cfg.name,
+                }
                 save_checkpoint(out_path, lr.net, log.best)
         log.rows.append(row)
         if on_episode:

@@ -78,9 +78,15 @@ class NumpyQNet:
 def save_checkpoint(path, net, record: dict) -> None:
     import torch
 
-    torch.save({"shape": asdict(net.shape), "hidden": list(net.hidden),
-                "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
-                "record": record}, path)
+    torch.save(
+        {
+            "shape": asdict(net.shape),
+            "hidden": list(net.hidden),
+            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
+            "record": record,
+        },
+        path,
+    )
 
 
 def read_checkpoint(path) -> tuple[Sched2Shape, dict[str, np.ndarray], dict]:

@@ -37,8 +37,10 @@ class Sched2Scheduler:
         if (cap.shape[0], int(cap[:, 1].max())) != (shape.servers, shape.gpus):
             from dl2ray.errors import UserError
 
-            raise UserError(f"sched2: the model is for {shape.servers} servers × {shape.gpus} GPUs, the "
-                            f"config has {cap.shape[0]} × {int(cap[:, 1].max())}")
+            raise UserError(
+                f"sched2: the model is for {shape.servers} servers × {shape.gpus} GPUs, the "
+                f"config has {cap.shape[0]} × {int(cap[:, 1].max())}"
+            )
         self.choose, self.record = choose, record
         self._seen: frozenset[int] | None = None
 

@@ -72,8 +72,12 @@ def waiting_jobs(view: ClusterView, started: set[int]) -> list[JobView]:
 
 
 def encode(
-    view: ClusterView, shape: Sched2Shape, profile: Profile, free: np.ndarray,
-    busy: list[list[float]], waiting: list[JobView],
+    view: ClusterView,
+    shape: Sched2Shape,
+    profile: Profile,
+    free: np.ndarray,
+    busy: list[list[float]],
+    waiting: list[JobView],
 ) -> tuple[np.ndarray, np.ndarray, list[JobPlacement | None]]:
     """``(state (state_dim,), mask (J+1,) bool, placement of each window job or None)``.
 
@@ -83,7 +87,7 @@ def encode(
     gpu = np.zeros((n, m), np.float32)
     for i, xs in enumerate(busy[:n]):
         xs = sorted(xs, reverse=True)[:m]
-        gpu[i, :len(xs)] = np.minimum(np.asarray(xs) / ts, CLIP)
+        gpu[i, : len(xs)] = np.minimum(np.asarray(xs) / ts, CLIP)
     jobs = np.zeros((jw, len(K_LEVELS) + 2), np.float32)
     mask = np.zeros(jw + 1, bool)
     mask[jw] = any(busy)  # ϕ waits for the next event: only allowed when a running job will end

@@ -13,11 +13,15 @@ from dl2ray.workload import JobSpec, sort_trace
 def sched2_cfg():
     """configs/sched2.yaml on 3 servers × 4 GPUs with 60-s slots (Philly jobs of ≤ 8 GPUs, ≤ 4 h)."""
     cfg = load_config(CONFIGS / "sched2.yaml")
-    return cfg.model_copy(update={
-        "gang": cfg.gang.model_copy(update={"max_gpus": 8, "max_duration_s": 4 * 3600.0}),
-        "cluster": ClusterConfig(nodes=(NodeGroup(count=3, cpu=16, gpu=4, mem=128),), placement="packing"),
-        "sim": cfg.sim.model_copy(update={"max_slots": 3000}),
-    })
+    return cfg.model_copy(
+        update={
+            "gang": cfg.gang.model_copy(update={"max_gpus": 8, "max_duration_s": 4 * 3600.0}),
+            "cluster": ClusterConfig(
+                nodes=(NodeGroup(count=3, cpu=16, gpu=4, mem=128),), placement="packing"
+            ),
+            "sim": cfg.sim.model_copy(update={"max_slots": 3000}),
+        }
+    )
 
 
 def gang_trace(cat, jobs) -> tuple[JobSpec, ...]:

@@ -47,12 +47,13 @@ def test_fragmentation_index_by_hand():
 
 
 def test_pairwise_interference_by_hand():
-    cfg = InterferenceConfig(kappa=(1.0, 0.0, 2.0, 0.0), eta=2.0,
-                             contention={"a": (0.5, 0, 0.5, 0), "b": (1.0, 0, 0, 0)})
+    cfg = InterferenceConfig(
+        kappa=(1.0, 0.0, 2.0, 0.0), eta=2.0, contention={"a": (0.5, 0, 0.5, 0), "b": (1.0, 0, 0, 0)}
+    )
     pl = {1: JobPlacement((0, 1), (0,)), 2: JobPlacement((0,), ()), 3: JobPlacement((2,), ())}
     got = pairwise_interference(pl, {1: "a", 2: "b", 3: "b"}, cfg)
     # job 1 on node 0 meets one task of b: 1 + 1*0.5*1.0 = 1.5 -> 1.5^-2; on node 1 alone: 1
-    assert got[1] == pytest.approx(1.5 ** -2)
+    assert got[1] == pytest.approx(1.5**-2)
     # job 2 meets two tasks of a: 1 + 1*1.0*(2*0.5) = 2 -> 0.25; job 3 alone
     assert got[2] == pytest.approx(0.25)
     assert got[3] == pytest.approx(1.0)
@@ -93,8 +94,9 @@ def test_ideal_time_and_locality_slowdown(sched2_cfg):
     assert sim.result.extra_metrics()["effectiveness"] == pytest.approx(1 / 2.7)
 
 
-job_st = st.tuples(st.integers(0, 5), st.integers(0, 5), st.floats(60.0, 900.0),
-                   st.sampled_from([1, 1, 2, 3, 4, 6, 8]))
+job_st = st.tuples(
+    st.integers(0, 5), st.integers(0, 5), st.floats(60.0, 900.0), st.sampled_from([1, 1, 2, 3, 4, 6, 8])
+)
 
 
 def _check(view, alloc, before, ps=False):
@@ -138,8 +140,11 @@ run_checked_ps = run_checked  # PS jobs (Harmony) are checked by the same rules
 
 
 @pytest.mark.parametrize("name", GANG_SCHEDULERS)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(jobs=st.lists(job_st, min_size=1, max_size=8), seed=st.integers(0, 2**16))
 def test_gang_scheduler_invariants(name, sched2_cfg, jobs, seed):
     sched = make_scheduler(name, sched2_cfg)

@@ -22,10 +22,12 @@ from dl2ray.workload import JobSpec, sort_trace
 @pytest.fixture(scope="module")
 def harmony_cfg():
     cfg = load_config(CONFIGS / "harmony.yaml")
-    return cfg.model_copy(update={
-        "cluster": ClusterConfig(nodes=(NodeGroup(count=3, cpu=8, gpu=2, mem=48),)),
-        "sim": cfg.sim.model_copy(update={"max_slots": 2000}),
-    })
+    return cfg.model_copy(
+        update={
+            "cluster": ClusterConfig(nodes=(NodeGroup(count=3, cpu=8, gpu=2, mem=48),)),
+            "sim": cfg.sim.model_copy(update={"max_slots": 2000}),
+        }
+    )
 
 
 def _trace(cat, jobs):
@@ -37,8 +39,9 @@ def _trace(cat, jobs):
     return sort_trace(out)
 
 
-job_st = st.tuples(st.integers(0, 7), st.integers(0, 4), st.floats(0.01, 0.05), st.integers(1, 2),
-                   st.integers(1, 2))
+job_st = st.tuples(
+    st.integers(0, 7), st.integers(0, 4), st.floats(0.01, 0.05), st.integers(1, 2), st.integers(1, 2)
+)
 
 
 def _random_harmony(cfg, seed):
@@ -59,10 +62,14 @@ def _build(name, cfg):
     return make_scheduler(name, cfg)
 
 
-@pytest.mark.parametrize("name", ["lb-place", "tetris-place", "random-place", "lif-linear-random",
-                                  "harmony-random"])
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize(
+    "name", ["lb-place", "tetris-place", "random-place", "lif-linear-random", "harmony-random"]
+)
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(jobs=st.lists(job_st, min_size=1, max_size=6), seed=st.integers(0, 2**16))
 def test_placement_scheduler_invariants(name, harmony_cfg, jobs, seed):
     sched = _build(name, harmony_cfg)

@@ -71,8 +71,16 @@ def _random_scheduler(cfg, seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_learned_scheduler_invariants_and_determinism(sched2_cfg, seed):
-    jobs = [(5, 0, 600.0, 2), (0, 0, 300.0, 8), (4, 1, 900.0, 1), (3, 2, 200.0, 4), (1, 2, 120.0, 12),
-            (2, 5, 400.0, 3), (5, 6, 60.0, 1), (4, 6, 800.0, 6)]
+    jobs = [
+        (5, 0, 600.0, 2),
+        (0, 0, 300.0, 8),
+        (4, 1, 900.0, 1),
+        (3, 2, 200.0, 4),
+        (1, 2, 120.0, 12),
+        (2, 5, 400.0, 3),
+        (5, 6, 60.0, 1),
+        (4, 6, 800.0, 6),
+    ]
     sched = _random_scheduler(sched2_cfg, seed)
     trace = gang_trace(sched2_cfg.catalogue, jobs)
     jct = run_checked(build_simulator(sched2_cfg, trace), sched, seed)
@@ -94,6 +102,7 @@ def test_train_writes_a_checkpoint_that_compare_can_load(sched2_cfg, tmp_path):
 def test_cli_refuses_a_dl2_config(capsys, tmp_path):
     from support import CONFIGS, run_cli
 
-    code, _, err = run_cli(capsys, "train", "sched2", "--out", str(tmp_path / "x.pt"),
-                           "-c", str(CONFIGS / "testbed.yaml"))
+    code, _, err = run_cli(
+        capsys, "train", "sched2", "--out", str(tmp_path / "x.pt"), "-c", str(CONFIGS / "testbed.yaml")
+    )
     assert code == 2 and "gang-mode" in err and len(err.strip().splitlines()) == 1
