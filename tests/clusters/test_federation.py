@@ -351,3 +351,49 @@ def _param_count(fed) -> int:
     cfg = member_config(fed, 0)
     p, v = build_networks(Encoding.from_config(cfg), cfg.policy.hidden, 0)
     return _params_vector(p, v).size
+
+
+# -- a member's turn without Ray (a direct link to a plain learner) ---------------------------------------
+
+
+class _Direct:
+    """The Link protocol over a plain learner object (what ActorLink does through Ray)."""
+
+    def __init__(self, gp):
+        self.gp = gp
+
+    def join(self, name):
+        return self.gp.join(name)
+
+    def push(self, name, flat_grad, row, version, boot, pull):
+        return self.gp.push_member(name, flat_grad, row, version, boot, pull)
+
+    def pull(self, name, since, boot):
+        return self.gp.pull_member(name, since, boot)
+
+    def report(self, name, update, val_jct, drf_jct):
+        self.gp.report(name, update, val_jct, drf_jct)
+
+
+@pytest.mark.parametrize("mode", ["learn", "shadow", "serve-only"])
+def test_member_turns_by_mode(learner, tmp_path, tiny_yaml, mode):
+    import dataclasses
+
+    from clusters.federation import MemberAgentImpl, member_specs
+
+    gp, _, cfg = learner
+    fed = load_federation(_fed_file(tmp_path, tiny_yaml))
+    spec = dataclasses.replace(member_specs(fed, 0)[0], mode=mode, val_every=2, pull_interval_s=0.01)
+    agent = MemberAgentImpl(cfg, spec, _Direct(gp), start=False)
+    agent.step()
+    agent.step()
+    st = agent.status()
+    rec = {m["name"]: m for m in gp.status()["members"]}["a"]
+    assert st["joins"] == rec["joins"] == 1
+    if mode == "learn":
+        assert st["pushed"] == st["accepted"] == rec["updates"] == gp.opt.updates == 2
+        assert st["version"] == 2  # the reply's weights were taken
+    else:
+        assert st["pushed"] == 0 and gp.opt.updates == 0 and rec["pulls"] == st["pulls"] == 2
+    assert st["validations"] == 1 and rec["drf_jct"] > 0 and rec["val_jct"] > 0  # its own validation traces
+    assert rec["val_update"] == st["version"]
