@@ -157,15 +157,16 @@ def test_forbidden_action_is_treated_as_stop() -> None:
 def test_rllib_ppo_runs_one_iteration(ray_session) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-    from ray.rllib.examples.rl_modules.classes.action_masking_rlm import ActionMaskingTorchRLModule
+
+    from dl2ray.learn.rllib_module import DL2TorchRLModule, module_config
 
     config = (
         PPOConfig()
-        .environment(DL2Env, env_config={"cfg": TINY, "trace_seeds": seeds.training(3)})
+        .environment(DL2Env, env_config={"cfg": TINY, "trace_seeds": seeds.training(3), "reward": "avg_jct"})
         .env_runners(num_env_runners=0, rollout_fragment_length=64)
         .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=ActionMaskingTorchRLModule,
-                                               model_config={"head_fcnet_hiddens": [16]}))
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=DL2TorchRLModule,
+                                               model_config=module_config(_env().enc, [16], 0, None)))
         .debugging(seed=0)
     )
     algo = config.build_algo()
