@@ -48,6 +48,8 @@ class DL2TorchRLModule(TorchRLModule, ValueFunctionAPI):
 
     def setup(self) -> None:
         mc = self.model_config
+        if not isinstance(mc, dict):  # RLlib also accepts a DefaultModelConfig; ours is a plain dict
+            raise TypeError(f"DL2TorchRLModule needs module_config()'s dict, got {type(mc).__name__}")
         enc = Encoding(int(mc["window"]), int(mc["num_types"]), float(mc["slots_run_scale"]))
         if mc.get("init"):
             ckpt = load_checkpoint(mc["init"], expect=enc)
