@@ -86,6 +86,24 @@ def plugin_schedulers() -> set[str]:
     return {ep.name for ep in entry_points(group=SCHEDULER_PLUGINS)}
 
 
+def servable_heuristics(cfg) -> list[str]:
+    """The registered heuristics that can decide views of ``cfg``: each is built once to find out.
+
+    A scheduler made for another simulator mode refuses the config with a :class:`UserError` (the
+    SCHED² baselines need a ``gang:`` config, the elastic ones do not run in gang mode); it is left
+    out of what this endpoint serves rather than failing on a client's request.
+    """
+    names = []
+    for name in sorted(set(scheduler_names()) - {"dl2"} - plugin_schedulers()):
+        try:
+            make_scheduler(name, cfg)
+        except UserError as exc:
+            log.info("not serving %s on config %s: %s", name, cfg.name, exc)
+            continue
+        names.append(name)
+    return names
+
+
 class DecisionService:
     """The endpoint's logic on pydantic messages (module docstring). ``close()`` stops the weight watcher."""
 
@@ -94,7 +112,7 @@ class DecisionService:
         self.settings = s
         self.cfg = load_config(resolve(s.config))
         self.max_jobs = s.max_jobs or 10 * self.cfg.policy.window
-        self.heuristics = sorted(set(scheduler_names()) - {"dl2"} - plugin_schedulers())
+        self.heuristics = servable_heuristics(self.cfg)
         self.store = _store(self.cfg, s)
 
     # -- the endpoints (routes attached by ENDPOINTS) -------------------------------------------
