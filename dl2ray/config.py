@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dl2ray.errors import UserError
 from dl2ray.workload import JobCatalogue, load_catalogue
@@ -195,6 +195,47 @@ class ImproveConfig(_Frozen):
                          "futures (0: the trace's own future, which the state does not show)")
 
 
+class ShapeConfig(_Frozen):
+    """The shape policy (``policy.arch: shape``; :mod:`dl2ray.policy.shape`) and its counterfactual
+    per-job policy optimisation (``dl2ray train rl --algo counterfactual``;
+    :mod:`dl2ray.learn.counterfactual`).
+
+    Menu: wait, then every ``(w, p)`` of ``menu_workers × menu_ps``. Learning, per update:
+    ``slots_per_update`` greedy slots of ``envs`` side-by-side training episodes; in each, up to
+    ``jobs_per_slot`` jobs each try their greedy row, ``samples`` rows drawn from the policy at
+    ``temperature`` and ``uniform`` rows drawn uniformly, every try followed by ``horizon`` greedy slots
+    from the same simulator state; then a policy improvement on the tries limited to ``kl`` nats.
+    """
+
+    menu_workers: tuple[int, ...] = Field(default=(1, 2, 3, 4, 6, 8), min_length=1,
+                                          description="worker counts of the menu")
+    menu_ps: tuple[int, ...] = Field(default=(1, 2, 3, 4, 5, 6, 8, 12, 16), min_length=1,
+                                     description="PS counts of the menu")
+    embed: tuple[int, ...] = Field(default=(64, 64), min_length=1, description="per-job embedding widths")
+    head: int = Field(default=64, ge=1, description="hidden width of the per-job head")
+    envs: int = Field(default=8, ge=1, description="training episodes run side by side")
+    slots_per_update: int = Field(default=16, ge=1, description="training slots per update")
+    jobs_per_slot: int = Field(default=4, ge=1, description="jobs whose choice is re-tried per slot")
+    samples: int = Field(default=3, ge=0, description="rows tried per job drawn from the policy (no repeats)")
+    uniform: int = Field(default=2, ge=0, description="rows tried per job drawn uniformly from its mask")
+    temperature: float = Field(default=2.0, gt=0,
+                               description="the policy's rows: Gumbel top-k of logits / this")
+    horizon: int = Field(default=10_000, ge=1,
+                         description="slots simulated after each try (the default: to the end of the run)")
+    gamma: float = Field(default=1.0, ge=0, le=1, description="discount per slot inside a rollout")
+    lr: float = Field(default=1e-3, gt=0, description="Adam learning rate")
+    epochs: int = Field(default=4, ge=1, description="Adam steps on each update's tries")
+    kl: float = Field(default=0.1, gt=0, description="KL limit (nats) of each update's target")
+    entropy_weight: float = Field(default=0.0, ge=0, description="entropy bonus weight")
+
+    @field_validator("menu_workers", "menu_ps")
+    @classmethod
+    def _positive_sorted(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(x < 1 for x in v) or list(v) != sorted(set(v)):
+            raise ValueError("must be distinct positive counts in increasing order")
+        return v
+
+
 class PolicyConfig(_Frozen):
     """The DL2 policy network, its supervised warm-start and (later) its RL.
 
@@ -240,6 +281,11 @@ class PolicyConfig(_Frozen):
         "times its PS (or PS this many times its workers) this slot is in a poor state"
     )
     improve: ImproveConfig = ImproveConfig()
+    arch: Literal["paper", "shape"] = Field(
+        default="paper", description="paper: the DL2 paper's 3J+1 incremental actions over a window "
+        "(dl2ray.policy.encoding); shape: one (workers, PS) menu row per job, one scorer shared by "
+        "all jobs (dl2ray.policy.shape)")
+    shape: ShapeConfig = ShapeConfig()
 
 
 class InterferenceConfig(_Frozen):

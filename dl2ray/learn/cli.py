@@ -37,9 +37,12 @@ def train_sl(
         help="record this Parquet trace instead of generated training traces (repeatable)")] = None,
     val_trace: Annotated[list[Path] | None, typer.Option(
         help="validate on this Parquet trace instead of generated ones (repeatable)")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="paper: the 3J+1 incremental steps; shape: one (workers, PS) menu row per job "
+             "(default: policy.arch)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
-    """Supervised warm-start: imitate a heuristic through the incremental decision loop."""
+    """Supervised warm-start: imitate a heuristic's decisions with the policy of either architecture."""
     import torch
 
     from dl2ray.learn.sl import SLRun, run_sl
@@ -58,10 +61,13 @@ def train_sl(
         for f in files or []:
             if not f.is_file():
                 raise UserError(f"{opt}: {f}: no such trace file")
+    arch = arch or p.arch
+    if arch not in ("paper", "shape"):
+        raise UserError(f"--arch: {arch!r}: known: paper, shape")
     run = SLRun(name, len(train_trace) if train_trace else traces or p.sl_traces,
                 len(val_trace) if val_trace else val_traces or p.sl_val_traces, epochs or p.sl_epochs,
                 seed, p.sl_max_slots, tuple(str(f) for f in train_trace or ()),
-                tuple(str(f) for f in val_trace or ()))
+                tuple(str(f) for f in val_trace or ()), arch)
     torch.set_num_threads(threads)
     with Progress(
         "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
@@ -138,9 +144,11 @@ def train_rl(
     critic_warmup: Annotated[int, typer.Option(min=0, help="first updates training only the critic")] = 0,
     algo: Annotated[str, typer.Option(
         help="paper: TD actor-critic on slot rewards; improve: rollout policy improvement with per-step "
-             "credit (policy.improve)")] = "paper",
+             "credit (policy.improve); counterfactual: per-job counterfactual policy optimisation of the "
+             "shape policy (policy.shape)")] = "paper",
     zero_advantage: Annotated[bool, typer.Option(
-        help="the control run: advantages set to 0 (paper) / labels drawn without the outcomes (improve)")
+        help="the control run: advantages set to 0 (paper, counterfactual) / labels drawn without the "
+             "outcomes (improve)")
     ] = False,
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,

@@ -84,12 +84,13 @@ def _checkpoint(option: str, path: Path, cfg: ExperimentConfig) -> dict:
     """
     import torch
 
-    from dl2ray.policy.encoding import Encoding
-    from dl2ray.policy.network import CheckpointError, load_checkpoint
+    from dl2ray.policy.network import CheckpointError
+    from dl2ray.policy.shape_net import load_policy_net, read_checkpoint_doc
 
     torch.set_num_threads(1)
     try:
-        return load_checkpoint(path, expect=Encoding.from_config(cfg), catalogue=cfg.catalogue.names).extra
+        load_policy_net(path, cfg)  # of either architecture, checked against the config
+        return dict(read_checkpoint_doc(path).get("extra", {}))
     except CheckpointError as exc:
         raise UserError(f"{option}: {exc}") from None
 

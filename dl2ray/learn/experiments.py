@@ -39,8 +39,7 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
 from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.rl import RLOptions, ValidationRow, heuristic_jct, train_rl, validate
-from dl2ray.policy.encoding import Encoding
-from dl2ray.policy.network import load_checkpoint
+from dl2ray.policy.shape_net import load_policy_net
 
 SL_ONLY, RL_ONLY, SL_RL, OFFLINE, TEACHER = "sl-only", "rl-only", "sl+rl", "offline-rl", "teacher"
 ONLINE = "online-rl"
@@ -54,7 +53,8 @@ ABLATIONS: dict[str, dict[str, bool]] = {
     "no-replay": {"replay": False},
     "zero-advantage": {"zero_advantage": True},
 }
-#: The variants that mean something for ``algo="improve"`` (no critic, exploration or replay there).
+#: The variants that mean something for ``algo="improve"`` and ``"counterfactual"`` (no critic,
+#: exploration or replay there).
 IMPROVE_ABLATIONS = ("full", "zero-advantage")
 WARM_START = "warm-start"
 
@@ -233,7 +233,7 @@ def training_curve(
     records = train_all(plans, workers, progress)
     val_seeds = seedsets.validation(opts.val_traces)
     # measured exactly as the runs' validation is (rl.validate / rl.heuristic_jct), so one scale
-    sl_policy = load_checkpoint(sl_init, Encoding.from_config(cfg), cfg.catalogue.names).policy
+    sl_policy = load_policy_net(sl_init, cfg)
     sl_jct, teacher_jct = validate(cfg, sl_policy, val_seeds), heuristic_jct(cfg, teacher, val_seeds)
     grid = sorted({v.update for r in records for v in r.validation})
     rows = [(u, SL_ONLY, sl_jct) for u in grid]
@@ -311,12 +311,13 @@ def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: R
              out_dir: Path, workers: int = 2, progress: Progress | None = None,
              seeds: int = 1, variants: Sequence[str] | None = None) -> EvalReport:
     """Table 2 plus the zero-advantage control: ``full`` and one variant per entry of :data:`ABLATIONS`
-    (for ``algo="improve"``: :data:`IMPROVE_ABLATIONS`), same init and updates, training seeds
+    (for ``algo="improve"`` or ``"counterfactual"``: :data:`IMPROVE_ABLATIONS`), same init and updates,
+    training seeds
     ``seed .. seed+seeds-1``, and the warm start itself; runs are named ``VARIANT`` (one seed) or
     ``VARIANT@SEED``, the reference is ``full`` of the first seed. ``variants``: a subset (``full``
     is always run)."""
     full = replace(opts, critic=True, exploration=True, replay=True, zero_advantage=False)
-    names = IMPROVE_ABLATIONS if opts.algo == "improve" else tuple(ABLATIONS)
+    names = IMPROVE_ABLATIONS if opts.algo in ("improve", "counterfactual") else tuple(ABLATIONS)
     if variants is not None:
         unknown = sorted(set(variants) - set(names))
         if unknown:

@@ -50,6 +50,7 @@ from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.learn.shape_search import ShapeSearchCollector
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
+    CheckpointError,
     NumpyPolicy,
     PolicyNet,
     ValueNet,
@@ -58,9 +59,11 @@ from dl2ray.policy.network import (
     save_checkpoint,
 )
 
-ALGOS = ("paper", "improve")
+ALGOS = ("paper", "improve", "counterfactual")
 """``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
-``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`)."""
+``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`);
+``counterfactual``: per-job counterfactual policy optimisation of the *shape* policy
+(:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`)."""
 
 
 @dataclass
@@ -78,7 +81,7 @@ class RLOptions:
     steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
     critic_warmup: int = 0  # first updates that train only the value network
     max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
-    algo: Literal["paper", "improve"] = "paper"  # see ALGOS
+    algo: Literal["paper", "improve", "counterfactual"] = "paper"  # see ALGOS
     zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
 
 
@@ -121,16 +124,18 @@ class RLResult:
         return min(self.validation, key=lambda r: r.avg_jct) if self.validation else None
 
 
-def validate(cfg: ExperimentConfig, policy: PolicyNet, trace_seeds: list[int]) -> float:
+def validate(cfg: ExperimentConfig, policy, trace_seeds: list[int]) -> float:
     """Average over ``trace_seeds`` of the greedy policy's average JCT (slots), unfinished jobs
-    counted until the run stopped (:func:`dl2ray.metrics.censored_avg_jct`)."""
+    counted until the run stopped (:func:`dl2ray.metrics.censored_avg_jct`); ``policy`` is the torch
+    network of either architecture."""
     from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
+    from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
 
     sim = build_simulator(cfg)
-    sched = DL2Scheduler.from_policy(NumpyPolicy.from_torch(policy))
+    sched = DL2Scheduler.from_policy(numpy_policy(policy))
     return float(np.mean([censored_avg_jct(run_episode(sim, sched, s)) for s in trace_seeds]))
 
 
@@ -291,6 +296,24 @@ class Trainer:
         self.result.updates = self.updates
 
 
+def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
+                 val_cfg: ExperimentConfig | None = None):
+    """The trainer of ``opts.algo``: :class:`Trainer` (paper, improve: the paper's architecture) or
+    :class:`~dl2ray.learn.shape_rl.ShapeTrainer` (counterfactual: the shape architecture).
+    Refuses an ``init`` checkpoint of the other architecture."""
+    from dl2ray.policy.shape_net import checkpoint_arch
+
+    arch = "shape" if opts.algo == "counterfactual" else "paper"
+    if init is not None and checkpoint_arch(init) != arch:
+        raise CheckpointError(f"{init}: a {checkpoint_arch(init)!r} checkpoint; --algo {opts.algo} trains "
+                              f"the {arch!r} architecture (train sl --arch {arch})")
+    if arch == "shape":
+        from dl2ray.learn.shape_rl import ShapeTrainer
+
+        return ShapeTrainer(cfg, init, seed, opts, val_cfg)
+    return Trainer(cfg, init, seed, opts, val_cfg=val_cfg)
+
+
 def _rng_state(rng: np.random.Generator) -> dict:
     return dict(rng.bit_generator.state)
 
@@ -312,7 +335,7 @@ def train_rl(
     the measured one (OfflineRL).
     """
     opts = options or RLOptions()
-    trainer = Trainer(cfg, init, seed, opts, val_cfg=val_cfg)
+    trainer = make_trainer(cfg, init, seed, opts, val_cfg)
     if resume and out is not None and out.exists():
         trainer.restore(out)
     clock = time.perf_counter()

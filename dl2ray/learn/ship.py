@@ -83,13 +83,9 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     from dl2ray.traces.parquet import read_trace
 
     best, rl, sl = _run_paths(run)
-    ckpt = load_checkpoint(best, catalogue=cfg.catalogue.names)
-    ex = ckpt.extra
-    provenance = {"kind": "shipped", "config": cfg.name, "run": str(run),
-                  "update": ex.get("updates"), "seed": ex.get("seed")}
     models.mkdir(parents=True, exist_ok=True)
     pt, record, card = models / f"{name}.pt", models / f"{name}.json", models / f"{name}.md"
-    save_checkpoint(pt, ckpt.policy, ckpt.value, cfg.catalogue.names, extra=provenance)
+    _slim_copy(cfg, best, pt, run)
     test = seedsets.test(test_traces)
     spec = f"dl2:{pt}"
     trace = read_trace(trace_path, cfg.catalogue) if trace_path is not None else None
@@ -105,6 +101,25 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test, trace_path),
                     encoding="utf-8")
     return Shipped(pt, record, card, rows)
+
+
+def _slim_copy(cfg: ExperimentConfig, best: Path, pt: Path, run: Path) -> None:
+    """``best``'s networks (no optimiser state) at ``pt``, with the provenance in its ``extra``."""
+    from dl2ray.policy.shape_net import (
+        checkpoint_arch,
+        load_policy_net,
+        read_checkpoint_doc,
+        save_shape_checkpoint,
+    )
+
+    ex = read_checkpoint_doc(best).get("extra", {})
+    provenance = {"kind": "shipped", "config": cfg.name, "run": str(run),
+                  "update": ex.get("updates"), "seed": ex.get("seed")}
+    if checkpoint_arch(best) == "shape":
+        save_shape_checkpoint(pt, load_policy_net(best, cfg), cfg.catalogue.names, extra=provenance)
+        return
+    ckpt = load_checkpoint(best, catalogue=cfg.catalogue.names)
+    save_checkpoint(pt, ckpt.policy, ckpt.value, cfg.catalogue.names, extra=provenance)
 
 
 def _decay(policy: dict) -> str:
@@ -123,11 +138,16 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
     best = (rl or {}).get("best") or {}
     opts = (rl or {}).get("options", {})
     policy = src.get("config", {}).get("policy", {})
+    shape = opts.get("algo") == "counterfactual" or (sl or {}).get("run", {}).get("arch") == "shape"
+    s = policy.get("shape", {})
+    arch = (f"shape architecture: one (workers, PS) row per job from a menu of workers "
+            f"{s.get('menu_workers')} × PS {s.get('menu_ps')} (and wait), one scorer shared by all jobs "
+            f"(embedding {s.get('embed')}, head {s.get('head')})" if shape else
+            f"J = {policy.get('window')} jobs per window, hidden layers {policy.get('hidden')}")
     lines = [
         f"# {name}",
         "",
-        f"DL2 policy for `{config_path}` (config `{src.get('config', {}).get('name', '?')}`), "
-        f"J = {policy.get('window')} jobs per window, hidden layers {policy.get('hidden')}.",
+        f"DL2 policy for `{config_path}` (config `{src.get('config', {}).get('name', '?')}`), {arch}.",
         "",
         "## Training",
         "",
@@ -171,13 +191,22 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
 
 
 def _rl_rows(rl: dict, opts: dict, policy: dict, best: dict) -> list[str]:
+    if opts.get("algo") == "counterfactual":
+        s = policy.get("shape", {})
+        first = (f"| RL | algorithm `counterfactual` (per-job counterfactual rollouts, KL-limited "
+                 f"improvement), "
+                 f"{rl.get('updates')} updates, seed {rl.get('seed')}, {s.get('slots_per_update')} slots × "
+                 f"{s.get('jobs_per_slot')} jobs per update, {s.get('samples')} policy + {s.get('uniform')} "
+                 f"uniform rows per job, horizon {s.get('horizon')}, KL {s.get('kl')}, lr {s.get('lr')} |")
+    else:
+        first = (f"| RL | algorithm `{opts.get('algo', 'paper')}`, {rl.get('updates')} updates, "
+                 f"{opts.get('agents', rl.get('agents', 1))} agent(s), "
+                 f"seed {rl.get('seed')}, γ {policy.get('gamma')}, "
+                 f"entropy weight {policy.get('entropy_weight')}"
+                 f"{_decay(policy)}, lr {policy.get('rl_lr')}, critic {opts.get('critic')}, "
+                 f"exploration {opts.get('exploration')}, replay {opts.get('replay')} |")
     return [
-        f"| RL | algorithm `{opts.get('algo', 'paper')}`, {rl.get('updates')} updates, "
-        f"{opts.get('agents', rl.get('agents', 1))} agent(s), "
-        f"seed {rl.get('seed')}, γ {policy.get('gamma')}, entropy weight {policy.get('entropy_weight')}"
-        f"{_decay(policy)}, "
-        f"lr {policy.get('rl_lr')}, critic {opts.get('critic')}, exploration {opts.get('exploration')}, "
-        f"replay {opts.get('replay')} |",
+        first,
         f"| RL wall time | {_fmt_hours(rl.get('wall_seconds', 0.0))} |",
         f"| shipped checkpoint | update {best.get('update')} (best validation avg JCT "
         f"{best.get('avg_jct', float('nan')):.2f} slots; DRF {rl.get('baseline_avg_jct', float('nan')):.2f} "
@@ -194,7 +223,8 @@ def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict |
         files = "".join(f" --train-trace {f}" for f in r.get("train_files", ())) + "".join(
             f" --val-trace {f}" for f in r.get("val_files", ()))
         out = rl.get("init") if rl is not None else run
-        cmds.append(f"dl2ray train sl --config {config_path} --teacher {r['teacher']} "
+        arch = " --arch shape" if r.get("arch") == "shape" else ""
+        cmds.append(f"dl2ray train sl --config {config_path}{arch} --teacher {r['teacher']} "
                     f"--out {out} --traces {r['traces']} --val-traces {r['val_traces']} "
                     f"--epochs {r['epochs']} --seed {r['seed']}{files}")
     if rl is not None:

@@ -46,7 +46,7 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.encoding import Encoding
-from dl2ray.policy.network import NumpyPolicy, PolicyNet, ValueNet, build_networks, save_checkpoint
+from dl2ray.policy.network import PolicyNet, ValueNet, build_networks, save_checkpoint
 from dl2ray.workload import Trace
 
 
@@ -196,16 +196,18 @@ def train(
     return history
 
 
-def compare_jct(cfg: ExperimentConfig, policy: PolicyNet, teacher: str, trace_seeds: Sequence[int],
+def compare_jct(cfg: ExperimentConfig, policy, teacher: str, trace_seeds: Sequence[int],
                 traces: Sequence[Trace] | None = None) -> dict:
     """Average JCT (slots; unfinished jobs counted until the run stopped, see
-    :func:`dl2ray.metrics.censored_avg_jct`) of the greedy policy and of the teacher."""
+    :func:`dl2ray.metrics.censored_avg_jct`) of the greedy policy (a torch network of either
+    architecture) and of the teacher."""
     from dl2ray.metrics import censored_avg_jct, summarize_run
+    from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
 
-    fast = NumpyPolicy.from_torch(policy)
+    fast = numpy_policy(policy)
     per_trace = []
     for sim, seed in _simulators(cfg, trace_seeds, traces):
         mine_run = run_episode(sim, DL2Scheduler.from_policy(fast), seed)
@@ -252,16 +254,21 @@ class SLRun:
     max_slots: int
     train_files: tuple[str, ...] = ()  # Parquet traces to record instead of generated training traces
     val_files: tuple[str, ...] = ()  # ... and instead of generated validation traces
+    arch: str = "paper"  # the policy's architecture: paper (3J+1 steps) or shape (dl2ray.learn.shape_sl)
 
 
 def run_sl(
     cfg: ExperimentConfig, run: SLRun, out: Path | None = None, logdir: Path | None = None,
     progress: Callable[[str, int], None] | None = None,
-) -> tuple[PolicyNet, ValueNet, SLResult]:
+) -> tuple[PolicyNet, ValueNet | None, SLResult]:
     """Record, train, report; with ``out``, save the checkpoint and ``out.json`` beside it.
 
-    ``progress(stage, advance)`` is called once per recorded trace and per epoch.
+    ``progress(stage, advance)`` is called once per recorded trace and per epoch. For
+    ``run.arch == "shape"`` the policy is a :class:`~dl2ray.policy.shape_net.ShapePolicyNet`
+    (:mod:`dl2ray.learn.shape_sl`) and there is no value network.
     """
+    if run.arch == "shape":
+        return _run_shape_sl(cfg, run, out, logdir, progress)
     started = time.perf_counter()
     enc = Encoding.from_config(cfg)
     tick = progress or (lambda stage, n: None)
@@ -294,6 +301,48 @@ def run_sl(
                         extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
         write_run_json(out.with_suffix(".json"), cfg, run, result)
     return policy, value, result
+
+
+def _run_shape_sl(cfg: ExperimentConfig, run: SLRun, out: Path | None, logdir: Path | None,
+                  progress: Callable[[str, int], None] | None):
+    """:func:`run_sl` for the shape policy: same stages, records and report."""
+    from dl2ray.learn import shape_sl
+    from dl2ray.policy.shape import ShapeEncoding
+    from dl2ray.policy.shape_net import build_shape_policy, save_shape_checkpoint
+
+    started = time.perf_counter()
+    tick = progress or (lambda stage, n: None)
+    train_traces, val_traces = _files(cfg, run.train_files), _files(cfg, run.val_files)
+    train_seeds = seedsets.training(len(train_traces) if train_traces else run.traces)
+    val_seeds = seedsets.validation(len(val_traces) if val_traces else run.val_traces)
+    data = shape_sl.record(cfg, run.teacher, train_seeds, run.max_slots, lambda: tick("record", 1),
+                           train_traces)
+    val = shape_sl.record(cfg, run.teacher, val_seeds, run.max_slots, lambda: tick("record", 1), val_traces)
+    s = cfg.policy.shape
+    policy = build_shape_policy(ShapeEncoding.from_config(cfg), s.embed, s.head, run.seed)
+    writer = _writer(logdir)
+
+    def on_epoch(row: EpochStats) -> None:
+        tick("train", 1)
+        if writer is not None:
+            for k in ("loss", "accuracy", "val_loss", "val_accuracy"):
+                writer.add_scalar(f"sl/{k}", getattr(row, k), row.epoch)
+
+    history = shape_sl.train(policy, data, val, cfg.policy.sl_lr, run.epochs, cfg.policy.sl_batch_size,
+                             run.seed, cfg.policy.sl_label_smoothing, on_epoch)
+    jct = compare_jct(cfg, policy, run.teacher, val_seeds, val_traces)
+    tick("evaluate", 1)
+    if writer is not None:
+        writer.add_scalar("sl/val_policy_avg_jct", jct["policy_avg_jct"], run.epochs)
+        writer.close()
+    jobs = sum(len(x.actions) for x in data)
+    result = SLResult(cfg.name, run.teacher, run.seed, train_seeds, val_seeds, jobs,
+                      sum(len(x.actions) for x in val), 0, history, jct, time.perf_counter() - started)
+    if out is not None:
+        save_shape_checkpoint(out, policy, cfg.catalogue.names,
+                              extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
+        write_run_json(out.with_suffix(".json"), cfg, run, result)
+    return policy, None, result
 
 
 def _files(cfg: ExperimentConfig, paths: Sequence[str]) -> list[Trace] | None:

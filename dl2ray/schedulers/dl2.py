@@ -1,10 +1,18 @@
-"""DL2: a saved policy network run through the incremental decision loop.
+"""DL2: a saved policy network run through its decision loop.
 
 ``dl2:PATH`` in the CLI (e.g. ``dl2ray compare --schedulers drf,dl2:models/x.pt``).
-The checkpoint must match the config's ``policy.window`` and job-type
-catalogue (:func:`dl2ray.policy.network.load_checkpoint` refuses otherwise).
-Inference is the policy's numpy path; torch is imported only to read the
-checkpoint, lazily, so this package stays importable without it.
+Two architectures (``policy.arch``), told apart by the checkpoint itself:
+
+- ``paper``: the DL2 paper's incremental loop over windows of J jobs
+  (:mod:`dl2ray.policy.decision`); the checkpoint must match the config's
+  ``policy.window`` and job-type catalogue
+  (:func:`dl2ray.policy.network.load_checkpoint` refuses otherwise);
+- ``shape``: one ``(workers, PS)`` menu row per job from a scorer shared by
+  all jobs (:mod:`dl2ray.policy.shape`); the checkpoint must match the
+  config's menu and catalogue.
+
+Inference is numpy (plus the compiled loops); torch is imported only to read
+the checkpoint, lazily, so this package stays importable without it.
 """
 
 from __future__ import annotations
@@ -27,29 +35,39 @@ class DL2Scheduler:
     def __init__(self, policy_path: str | None, cfg, greedy: bool = True, seed: int = 0) -> None:
         if not policy_path:
             raise UserError("dl2 needs a policy checkpoint: dl2:PATH (e.g. dl2:models/dl2-testbed.pt)")
+        from dl2ray.policy.shape_net import checkpoint_arch
+
+        if checkpoint_arch(policy_path) == "shape":
+            from dl2ray.policy.shape_net import NumpyShapePolicy, load_policy_net
+
+            self._init(NumpyShapePolicy(load_policy_net(policy_path, cfg)), greedy, seed)
+            return
         from dl2ray.policy.encoding import Encoding
         from dl2ray.policy.network import NumpyPolicy, load_checkpoint
 
-        enc = Encoding.from_config(cfg)
-        ckpt = load_checkpoint(policy_path, expect=enc, catalogue=cfg.catalogue.names)
-        self.enc = ckpt.meta.encoding
-        self.policy = NumpyPolicy.from_torch(ckpt.policy)
+        ckpt = load_checkpoint(policy_path, expect=Encoding.from_config(cfg), catalogue=cfg.catalogue.names)
+        self._init(NumpyPolicy.from_torch(ckpt.policy), greedy, seed)
+
+    def _init(self, policy, greedy: bool, seed: int) -> None:
+        from dl2ray.policy.shape import ShapeEncoding
+
+        self.policy, self.enc = policy, policy.enc
+        self.arch = "shape" if isinstance(self.enc, ShapeEncoding) else "paper"  # the policy's architecture
         self.greedy, self._seed = greedy, seed
         self._rng = np.random.default_rng(seed)
 
     @classmethod
     def from_policy(cls, policy, greedy: bool = True, seed: int = 0) -> DL2Scheduler:
-        """From an in-memory :class:`~dl2ray.policy.network.NumpyPolicy` (e.g. during training)."""
+        """From an in-memory :class:`~dl2ray.policy.network.NumpyPolicy` or
+        :class:`~dl2ray.policy.shape_net.NumpyShapePolicy` (e.g. during training)."""
         self = cls.__new__(cls)
-        self.enc, self.policy = policy.enc, policy
-        self.greedy, self._seed = greedy, seed
-        self._rng = np.random.default_rng(seed)
+        self._init(policy, greedy, seed)
         return self
 
     @classmethod
     def from_checkpoint_bytes(cls, data: bytes, cfg, greedy: bool = True, seed: int = 0) -> DL2Scheduler:
         """From the bytes of a checkpoint file (e.g. pulled from a training actor), read by the same
-        :func:`~dl2ray.policy.network.load_checkpoint` as ``__init__``, with the same checks."""
+        loaders as ``__init__``, with the same checks."""
         import tempfile
         from pathlib import Path
 
@@ -62,6 +80,12 @@ class DL2Scheduler:
         self._rng = np.random.default_rng([self._seed, seed])
 
     def decide(self, view: ClusterView) -> Allocation:
+        rng = None if self.greedy else self._rng
+        if self.arch == "shape":
+            from dl2ray.policy.shape import decide_shapes, job_features
+
+            x, g = job_features(view, self.enc)
+            return decide_shapes(view, self.enc, self.policy.logits(x, g), rng).allocation
         from dl2ray.policy.decision import decide_slot
 
         return decide_slot(view, self.policy, self.enc, self.greedy, self._rng).allocation

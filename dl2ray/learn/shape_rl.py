@@ -1,0 +1,113 @@
+"""The shape policy's RL trainer: :mod:`dl2ray.learn.counterfactual` behind the
+:class:`~dl2ray.learn.rl.Trainer` interface that :func:`~dl2ray.learn.rl.train_rl` drives.
+
+``dl2ray train rl --algo counterfactual`` (and ``experiment ablation --rl-opt
+algo=counterfactual``): the same files (``OUT.pt``, ``OUT.best.pt``,
+``OUT.json``, TensorBoard), validation, best-checkpoint selection and resume
+as the paper's trainer. The network starts from ``--init`` (a shape
+checkpoint, e.g. from ``train sl --arch shape``) or from scratch
+(``policy.shape``'s widths, seeded by ``seed``).
+
+Each :class:`~dl2ray.learn.rl.UpdateRow` reports: ``policy_loss`` the
+improvement loss, ``value_loss`` the KL of the update's target (nats; there is
+no critic), ``entropy`` the tried jobs' mean policy entropy, ``reward`` the
+mean slot reward (−jobs in the system) of the greedy training episodes,
+``mean_value`` the mean over tries of the best row's gain over the greedy
+row (job-slots), ``new_steps`` the tries, ``new_slots`` the slots and
+``explored`` the rollouts simulated.
+
+Random streams: network initialisation (from scratch) from ``seed``; the tried
+jobs and rows from a generator seeded by ``[seed, 1]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn import seeds as seedsets
+from dl2ray.learn.counterfactual import CounterfactualCollector, improve_policy
+from dl2ray.learn.rl import RLOptions, RLResult, UpdateRow, ValidationRow, _result_doc, _rng_state, validate
+from dl2ray.policy.network import CheckpointError
+from dl2ray.policy.shape import ShapeEncoding
+from dl2ray.policy.shape_net import (
+    NumpyShapePolicy,
+    build_shape_policy,
+    load_shape_checkpoint,
+    save_shape_checkpoint,
+)
+
+
+class ShapeTrainer:
+    """The state of one counterfactual run: network, optimiser, collector, generator, history."""
+
+    def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
+                 val_cfg: ExperimentConfig | None = None) -> None:
+        from dl2ray.experiments import build_simulator
+
+        self.cfg, self.opts, self.seed = cfg, opts, seed
+        self.val_cfg = val_cfg or cfg
+        self.enc = ShapeEncoding.from_config(cfg)
+        s = cfg.policy.shape
+        if init is None:
+            self.policy = build_shape_policy(self.enc, s.embed, s.head, seed)
+        else:
+            self.policy = load_shape_checkpoint(init, expect=self.enc).policy
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
+        self.sample_rng = np.random.default_rng([seed, 1])
+        self.collector = CounterfactualCollector(
+            [build_simulator(cfg) for _ in range(s.envs)], self.enc, seedsets.training(opts.traces),
+            self.sample_rng, s.horizon, s.gamma, s.jobs_per_slot, s.samples, s.uniform, s.temperature)
+        self.updates = 0
+        self.val_seeds = seedsets.validation(opts.val_traces)
+        self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
+
+    @property
+    def episodes(self) -> int:
+        return self.collector.episodes
+
+    def update(self) -> UpdateRow:
+        """Collect one update's tries (greedy episodes, counterfactual rollouts), then improve."""
+        s = self.cfg.policy.shape
+        data = self.collector.collect(NumpyShapePolicy(self.policy), s.slots_per_update)
+        st = improve_policy(self.policy, self.opt, data, s.epochs, s.kl, s.entropy_weight,
+                            self.opts.zero_advantage)
+        self.updates += 1
+        row = UpdateRow(self.updates, st.loss, st.kl, st.entropy, data.reward, st.mean_gain, len(data.tries),
+                        len(data.slots), data.rollouts)
+        self.result.history.append(row)
+        self.result.updates = self.updates
+        return row
+
+    def validate(self) -> ValidationRow:
+        row = ValidationRow(self.updates, validate(self.val_cfg, self.policy, self.val_seeds))
+        self.result.validation.append(row)
+        return row
+
+    def save(self, path: Path) -> None:
+        extra = {"kind": "rl", "seed": self.seed, "updates": self.updates,
+                 "optimizer": self.opt.state_dict(), "episodes": self.episodes, "options": asdict(self.opts),
+                 "rng": {"sample_rng": _rng_state(self.sample_rng)}, "result": _result_doc(self.result)}
+        save_shape_checkpoint(path, self.policy, self.cfg.catalogue.names, extra=extra)
+
+    def restore(self, path: Path) -> None:
+        """Continue from a checkpoint :meth:`save` wrote (the episodes in progress restart)."""
+        ckpt = load_shape_checkpoint(path, expect=self.enc)
+        ex = ckpt.extra
+        if ex.get("kind") != "rl":
+            raise CheckpointError(f"{path}: not an RL checkpoint; cannot resume from it")
+        self.policy.load_state_dict(ckpt.policy.state_dict())
+        self.opt.load_state_dict(ex["optimizer"])
+        self.updates = int(ex["updates"])
+        self.collector.episodes = int(ex["episodes"])
+        self.sample_rng.bit_generator.state = ex["rng"]["sample_rng"]
+        r = ex["result"]
+        self.result.history = [UpdateRow(**row) for row in r["history"]]
+        self.result.validation = [ValidationRow(**row) for row in r["validation"]]
+        self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
+        self.result.wall_seconds = float(r.get("wall_seconds", 0.0))
+        self.result.updates = self.updates

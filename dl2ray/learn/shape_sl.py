@@ -1,0 +1,160 @@
+"""Supervised warm-start of the shape policy: imitate a heuristic's per-job shapes.
+
+1. **Record** (:func:`record`): the teacher drives the simulator on each
+   training trace; every slot becomes one :class:`SlotSample` — the view's job
+   rows and global row (:func:`dl2ray.policy.shape.job_features`), each job's
+   cap mask, and as label the menu row nearest (in log space) to the
+   ``(workers, PS)`` the teacher gave the job (wait for a job it left out).
+2. **Train** (:func:`train`): label-smoothed cross-entropy of the masked
+   per-job logits (:func:`dl2ray.learn.sl.smoothed_cross_entropy`), Adam,
+   minibatches of ``policy.sl_batch_size`` *jobs'* decisions worth of slots.
+   The label carries both what a job gets and (through the wait row) whether
+   it is run at all, which is what orders the jobs at decision time (run odds).
+3. **Report**: per epoch training/validation loss and accuracy; at the end the
+   greedy policy's and the teacher's average JCT on the validation traces
+   (:func:`dl2ray.learn.sl.compare_jct`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn.sl import EpochStats, _simulators, smoothed_cross_entropy
+from dl2ray.policy.shape import ShapeEncoding, cap_mask, job_features
+from dl2ray.policy.shape_net import ShapePolicyNet
+from dl2ray.view import ClusterView
+from dl2ray.workload import Trace
+
+
+@dataclass
+class SlotSample:
+    """One slot's inputs and per-job targets: ``x`` (n, F), ``g`` (G,), ``masks`` (n, K) bool,
+    ``actions`` (n,) int64 menu rows."""
+
+    x: np.ndarray
+    g: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+
+
+def teacher_sample(view: ClusterView, enc: ShapeEncoding, allocation) -> SlotSample:
+    """The slot ``view`` labelled with the menu rows nearest to ``allocation``'s task counts."""
+    x, g = job_features(view, enc)
+    labels = np.array([enc.nearest(*allocation.tasks.get(j.job_id, (0, 0))) for j in view.jobs],
+                      dtype=np.int64)
+    masks = cap_mask(view, enc)
+    masks[:, 0] = True
+    labels = np.where(masks[np.arange(len(labels)), labels], labels, 0)
+    return SlotSample(x, g, masks, labels)
+
+
+def record(cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_slots: int,
+           on_trace: Callable[[], None] | None = None, traces: Sequence[Trace] | None = None,
+           ) -> list[SlotSample]:
+    """Slots (with at least one job) of ``teacher`` on each trace seed (or fixed trace)."""
+    from dl2ray.schedulers.base import make_scheduler
+
+    enc = ShapeEncoding.from_config(cfg)
+    out: list[SlotSample] = []
+    for sim, seed in _simulators(cfg, trace_seeds, traces):
+        sched = make_scheduler(teacher, cfg)
+        view = sim.reset(seed)
+        if hasattr(sched, "reset"):
+            sched.reset(seed)
+        for _ in range(max_slots):
+            if sim.done:
+                break
+            alloc = sched.decide(view)
+            if view.jobs:
+                out.append(teacher_sample(view, enc, alloc))
+            view = sim.step(alloc).view
+        if on_trace:
+            on_trace()
+    return out
+
+
+@dataclass
+class PaddedSlots:
+    """Slots stacked and padded to the largest: ``x`` (B, n, F), ``present`` (B, n), ``g`` (B, G),
+    ``masks`` (B, n, K) (padding rows allow only wait), ``actions`` (B, n) (0 on padding)."""
+
+    x: torch.Tensor
+    present: torch.Tensor
+    g: torch.Tensor
+    masks: torch.Tensor
+    actions: torch.Tensor
+
+    @classmethod
+    def of(cls, slots: Sequence[SlotSample], num_shapes: int) -> PaddedSlots:
+        B, n = len(slots), max((len(s.actions) for s in slots), default=0)
+        F = slots[0].x.shape[1] if slots else 0
+        x = np.zeros((B, n, F), np.float32)
+        present = np.zeros((B, n), bool)
+        masks = np.zeros((B, n, num_shapes), bool)
+        masks[:, :, 0] = True
+        actions = np.zeros((B, n), np.int64)
+        for b, s in enumerate(slots):
+            m = len(s.actions)
+            x[b, :m], present[b, :m], masks[b, :m], actions[b, :m] = s.x, True, s.masks, s.actions
+        g = np.stack([s.g for s in slots]) if slots else np.zeros((0, 0), np.float32)
+        return cls(torch.from_numpy(x), torch.from_numpy(present), torch.from_numpy(g),
+                   torch.from_numpy(masks), torch.from_numpy(actions))
+
+
+def masked_job_logits(net: ShapePolicyNet, batch: PaddedSlots) -> torch.Tensor:
+    """``(B, n, K)`` logits with disallowed menu rows at −inf."""
+    return net(batch.x, batch.present, batch.g).masked_fill(~batch.masks, float("-inf"))
+
+
+def _loss_and_hits(net: ShapePolicyNet, batch: PaddedSlots,
+                   smoothing: float) -> tuple[torch.Tensor, int, int]:
+    logits = masked_job_logits(net, batch)
+    keep = batch.present
+    loss = smoothed_cross_entropy(logits[keep], batch.masks[keep], batch.actions[keep], smoothing)
+    hits = int((logits[keep].argmax(dim=1) == batch.actions[keep]).sum())
+    return loss, hits, int(keep.sum())
+
+
+def evaluate(net: ShapePolicyNet, data: Sequence[SlotSample], batch_slots: int = 256) -> tuple[float, float]:
+    """Mean cross-entropy per job decision and greedy accuracy of ``net`` on ``data``."""
+    total, hits, jobs = 0.0, 0, 0
+    with torch.inference_mode():
+        for lo in range(0, len(data), batch_slots):
+            batch = PaddedSlots.of(data[lo:lo + batch_slots], net.enc.num_shapes)
+            loss, h, n = _loss_and_hits(net, batch, 0.0)
+            total, hits, jobs = total + float(loss) * n, hits + h, jobs + n
+    return (total / jobs, hits / jobs) if jobs else (float("nan"), float("nan"))
+
+
+def train(net: ShapePolicyNet, data: Sequence[SlotSample], val: Sequence[SlotSample], lr: float, epochs: int,
+          batch_jobs: int, seed: int, smoothing: float = 0.0,
+          on_epoch: Callable[[EpochStats], None] | None = None) -> list[EpochStats]:
+    """Smoothed cross-entropy with Adam; minibatches of whole slots, about ``batch_jobs`` jobs each."""
+    gen = np.random.default_rng([seed, 7])
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    mean_jobs = max(1.0, float(np.mean([len(s.actions) for s in data]))) if data else 1.0
+    per_batch = max(1, round(batch_jobs / mean_jobs))
+    history = []
+    for epoch in range(1, epochs + 1):
+        net.train()
+        total, hits, jobs = 0.0, 0, 0
+        perm = gen.permutation(len(data))
+        for lo in range(0, len(data), per_batch):
+            batch = PaddedSlots.of([data[i] for i in perm[lo:lo + per_batch]], net.enc.num_shapes)
+            loss, h, n = _loss_and_hits(net, batch, smoothing)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total, hits, jobs = total + float(loss.detach()) * n, hits + h, jobs + n
+        net.eval()
+        vl, va = evaluate(net, val)
+        row = EpochStats(epoch, total / max(jobs, 1), hits / max(jobs, 1), vl, va)
+        history.append(row)
+        if on_epoch:
+            on_epoch(row)
+    return history

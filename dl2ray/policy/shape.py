@@ -1,0 +1,312 @@
+"""The shape policy: each job's ``(workers, PS)`` picked from a menu in one decision, jobs scored alike.
+
+The paper's action space reaches a shape such as 3 PS : 1 worker through
+several +1 steps, each an unlikely choice for a DRF-like policy, and its flat
+MLP over a window of J rows learns every row separately. Here (issue 10, the
+"shape" architecture, ``policy.arch: shape``):
+
+**Menu.** ``K`` shapes, row 0 = ``(0, 0)`` (*wait*: the job gets nothing this
+slot), then every ``(w, p)`` of ``policy.shape.menu_workers × menu_ps`` in
+that order. A job's choice is one menu row.
+
+**State.** Per job a feature row (:func:`job_features`, ``F = L + 8`` columns,
+table below) and one global row (``G = 4``); no window: any number of jobs.
+
+====================  ===================================================================
+job columns           value
+====================  ===================================================================
+``0 .. L-1``          job type one-hot (catalogue order)
+``L``                 remaining epochs / estimated epochs, clipped to [0, 1]
+``L+1``               log10(1 + remaining epochs) / 5
+``L+2``               slots run / ``policy.slots_run_scale``, clipped to [0, 1]
+``L+3``               slots since arrival / ``policy.slots_run_scale``, clipped to [0, 1]
+``L+4``               workers of the previous slot / 16, clipped to [0, 1]
+``L+5``               PS of the previous slot / 16, clipped to [0, 1]
+``L+6``               last observed epochs per slot / remaining epochs, clipped to [0, 1]
+                      (≈ 1 / slots left at the last speed; 0 before the job ran)
+``L+7``               1 if the job ran in the previous slot, else 0
+====================  ===================================================================
+
+Global columns: jobs / cluster GPUs (or CPUs / 2 without GPUs), jobs / 100,
+and the cpu and gpu demand of every job at one worker + one PS over the
+cluster's capacity (each clipped to [0, 4]).
+
+**Scores.** A network shared by all jobs (:mod:`dl2ray.policy.shape_net`)
+maps the ``(n, F)`` rows and the global row to ``(n, K)`` logits at once.
+
+**Decision** (:func:`decide_shapes`, a compiled loop): jobs are taken in
+order of their *run odds* ``logsumexp(logits of the cap-allowed shapes but
+wait) − logit(wait)`` (largest first; ties: view order). For each job the
+*mask* allows wait, and every shape within the job's caps whose demand
+``w·d_worker + p·d_PS`` fits the cluster's free total left by the jobs before
+it; the job's shape is the argmax (greedy) or a Gumbel-max sample of its
+masked logits. Its tasks go through the configured placer (the same
+tournament trees as :mod:`dl2ray.policy.decision`) worker, PS, worker, PS,
+…; a task that finds no node stops that role (the shape is *truncated*), and
+a job left without a worker or without a PS releases what it got. The
+allocation is therefore feasible by construction.
+
+The chosen menu row (not the truncated counts) is the action; masks and
+actions are recorded per job for learning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from dl2ray.cluster import placement_sign
+from dl2ray.policy.decision import _allocation, _build_trees, _greedy, _place, _sample, _set_leaf
+from dl2ray.view import Allocation, ClusterView
+
+JOB_EXTRA = 8
+"""Job feature columns after the type one-hot."""
+GLOBAL_DIM = 4
+WAIT = 0
+_EPS = 1e-9
+_WORKER, _PS = 0, 1
+
+
+@dataclass(frozen=True)
+class ShapeEncoding:
+    """Dimensions of the shape policy's inputs and outputs; fixed by config and catalogue."""
+
+    num_types: int
+    menu: tuple[tuple[int, int], ...]  # (workers, PS) per menu row; row 0 is (0, 0)
+    slots_run_scale: float = 100.0
+
+    @classmethod
+    def from_config(cls, cfg) -> ShapeEncoding:
+        s = cfg.policy.shape
+        menu = ((0, 0), *((w, p) for w in s.menu_workers for p in s.menu_ps))
+        return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale)
+
+    @property
+    def job_dim(self) -> int:
+        """``F = L + 8``."""
+        return self.num_types + JOB_EXTRA
+
+    @property
+    def global_dim(self) -> int:
+        return GLOBAL_DIM
+
+    @property
+    def num_shapes(self) -> int:
+        """``K``, wait included."""
+        return len(self.menu)
+
+    @property
+    def shapes(self) -> np.ndarray:
+        """``(K, 2)`` int64: workers, PS per menu row."""
+        return np.asarray(self.menu, dtype=np.int64)
+
+    def nearest(self, workers: int, ps: int) -> int:
+        """The menu row closest to ``(workers, ps)`` in log space (wait for a job without both)."""
+        if workers <= 0 or ps <= 0:
+            return WAIT
+        s = self.shapes[1:].astype(np.float64)
+        d = np.abs(np.log(s[:, 0]) - math.log(workers)) + np.abs(np.log(s[:, 1]) - math.log(ps))
+        return 1 + int(np.argmin(d))
+
+
+def job_features(view: ClusterView, enc: ShapeEncoding) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, g)``: job rows ``(n, F)`` float32 in view order and the global row ``(G,)`` float32."""
+    jobs, n, L = view.jobs, len(view.jobs), enc.num_types
+    x = np.zeros((n, L + JOB_EXTRA), dtype=np.float32)
+    total = view.total_capacity
+    if n:
+        ti = np.fromiter((j.type_index for j in jobs), np.int64, n)
+        x[np.arange(n), ti] = 1.0
+        rem = np.fromiter((j.remaining_epochs for j in jobs), np.float64, n)
+        est = np.fromiter((j.est_epochs for j in jobs), np.float64, n)
+        x[:, L] = np.clip(rem / est, 0.0, 1.0)
+        x[:, L + 1] = np.log10(1.0 + rem) / 5.0
+        scale = enc.slots_run_scale
+        x[:, L + 2] = np.clip(np.fromiter((j.slots_run for j in jobs), np.float64, n) / scale, 0.0, 1.0)
+        age = view.slot - np.fromiter((j.arrival_slot for j in jobs), np.float64, n)
+        x[:, L + 3] = np.clip(age / scale, 0.0, 1.0)
+        x[:, L + 4] = np.clip(np.fromiter((j.workers for j in jobs), np.float64, n) / 16.0, 0.0, 1.0)
+        x[:, L + 5] = np.clip(np.fromiter((j.ps for j in jobs), np.float64, n) / 16.0, 0.0, 1.0)
+        last = np.fromiter((_last_rate(j) for j in jobs), np.float64, n) * view.slot_seconds
+        x[:, L + 6] = np.clip(last / rem, 0.0, 1.0)
+        x[:, L + 7] = [1.0 if j.workers > 0 and j.ps > 0 else 0.0 for j in jobs]
+    units = total[1] if total[1] > 0 else total[0] / 2.0
+    if n:
+        bundle = sum(j.worker_demand + j.ps_demand for j in jobs)
+        load = np.where(total > 0, bundle / np.where(total > 0, total, 1.0), 0.0)
+    else:
+        load = np.zeros(3)
+    g = np.array([min(n / max(units, 1.0), 4.0), n / 100.0, min(load[0], 4.0), min(load[1], 4.0)],
+                 dtype=np.float32)
+    return x, g
+
+
+def _last_rate(job) -> float:
+    """Epochs per second in the job's most recent slot that trained (0 if it never ran)."""
+    rate = job.observed_speed()
+    return 0.0 if rate is None else rate
+
+
+def cap_mask(view: ClusterView, enc: ShapeEncoding) -> np.ndarray:
+    """``(n, K)`` bool: the menu rows within each job's worker and PS caps (wait always)."""
+    s = enc.shapes
+    maxw = np.fromiter((j.max_workers for j in view.jobs), np.int64, len(view.jobs))
+    maxp = np.fromiter((j.max_ps for j in view.jobs), np.int64, len(view.jobs))
+    return (s[None, :, 0] <= maxw[:, None]) & (s[None, :, 1] <= maxp[:, None])
+
+
+def run_order(logits: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Jobs by run odds, largest first (ties: view order); ``logits`` (n, K), ``caps`` (n, K) bool."""
+    if logits.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    z = np.where(caps[:, 1:], logits[:, 1:].astype(np.float64), -np.inf)
+    top = z.max(axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    lse = top[:, 0] + np.log(np.exp(z - top).sum(axis=1) + 1e-300)
+    odds = lse - logits[:, WAIT]
+    return np.argsort(-odds, kind="stable").astype(np.int64)
+
+
+@dataclass
+class ShapeDecision:
+    """One slot's decision: the allocation, and per job (view order) what the policy chose.
+
+    ``order`` (n,) the jobs' processing order; ``masks`` (n, K) bool the allowed
+    menu rows at each job's turn; ``actions`` (n,) the chosen menu rows;
+    ``tasks`` (n, 2) the workers and PS actually placed (after truncation).
+    """
+
+    allocation: Allocation
+    order: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+    tasks: np.ndarray
+
+
+def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
+                  rng: np.random.Generator | None = None, forced: tuple[int, int] | None = None
+                  ) -> ShapeDecision:
+    """The slot's decision from the jobs' ``(n, K)`` logits (module docstring).
+
+    ``rng`` None: greedy; otherwise every job's shape is sampled (Gumbel-max).
+    ``forced`` ``(job index, menu row)``: that job takes that row (if its mask
+    allows it, else its greedy choice) and every other job decides as usual —
+    the counterfactual a learner compares against the greedy decision.
+    """
+    n = len(view.jobs)
+    caps = cap_mask(view, enc)
+    order = run_order(logits, caps)
+    cat = view.catalogue
+    demands = np.concatenate([cat.worker_demand, cat.ps_demand]).astype(np.float64)
+    keys = {tuple(d): i for i, d in reversed(list(enumerate(demands.tolist())))}
+    dem = np.ascontiguousarray(demands[sorted(set(keys.values()))])
+    remap = {i: r for r, i in enumerate(sorted(set(keys.values())))}
+    ti = np.fromiter((j.type_index for j in view.jobs), np.int64, n)
+    L = len(cat)
+    wkey = np.array([remap[keys[tuple(demands[t])]] for t in ti.tolist()], dtype=np.int64)
+    pkey = np.array([remap[keys[tuple(demands[L + t])]] for t in ti.tolist()], dtype=np.int64)
+    cap = np.array(view.capacity, dtype=np.float64)
+    free = np.array(view.free, dtype=np.float64)
+    inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+    nodes = (cap, free, inv, placement_sign(view.placement))
+    masks = np.zeros((n, enc.num_shapes), dtype=np.bool_)
+    actions = np.zeros(n, dtype=np.int64)
+    tasks = np.zeros((n, 2), dtype=np.int64)
+    shapes = enc.shapes
+    tasks_max = int(sum(min(j.max_workers, shapes[:, 0].max()) + min(j.max_ps, shapes[:, 1].max())
+                        for j in view.jobs))
+    placed = np.empty((max(tasks_max, 1), 3), dtype=np.int64)
+    fj, fa = forced if forced is not None else (-1, -1)
+    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, wkey,
+                             pkey, dem, nodes, rng, fj, fa, masks, actions, tasks, placed)
+    return ShapeDecision(_allocation(view, placed[:n_placed]), order, masks, actions, tasks)
+
+
+@njit(cache=True)
+def _unplace(nodes, dem, trees, key, n):
+    """Give back one task of demand ``dem[key]`` on node ``n`` (the inverse of ``_place``)."""
+    free = nodes[1]
+    for r in range(3):
+        free[n, r] += dem[key, r]
+    for k in range(dem.shape[0]):
+        _set_leaf(trees, nodes, dem, k, n)
+
+
+@njit(cache=True)
+def _fill_mask(mask, caps_row, shapes, wd, pd, total):
+    """Job ``g``'s mask: wait, and every cap-allowed row whose demand fits the free ``total``."""
+    for k in range(shapes.shape[0]):
+        ok = caps_row[k]
+        if ok and k > 0:
+            for r in range(3):
+                if shapes[k, 0] * wd[r] + shapes[k, 1] * pd[r] > total[r] + _EPS:
+                    ok = False
+        mask[k] = ok
+    mask[0] = True
+
+
+@njit(cache=True)
+def _place_role(nodes, dem, trees, key, g, role, placed, n_placed):
+    """One task of job ``g`` in ``role``: ``(rows of placed, placed?)``."""
+    node = _place(nodes, dem, trees, key)
+    if node < 0:
+        return n_placed, False
+    placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
+    return n_placed + 1, True
+
+
+@njit(cache=True)
+def _place_shape(nodes, dem, trees, wkey, pkey, g, want_w, want_p, placed, n_placed):
+    """Worker, PS, worker, PS, … of job ``g`` until ``(want_w, want_p)``; a role whose task finds no node
+    stops; a job left without a worker or a PS gives back what it got. Returns ``(rows, w, p)``."""
+    start = n_placed
+    w = p = 0
+    w_open, p_open = want_w > 0, want_p > 0
+    while w_open or p_open:
+        if w_open:
+            n_placed, w_open = _place_role(nodes, dem, trees, wkey, g, _WORKER, placed, n_placed)
+            w += w_open
+            w_open = w_open and w < want_w
+        if p_open:
+            n_placed, p_open = _place_role(nodes, dem, trees, pkey, g, _PS, placed, n_placed)
+            p += p_open
+            p_open = p_open and p < want_p
+    if w == 0 or p == 0:  # a job cannot train without both
+        for i in range(start, n_placed):
+            _unplace(nodes, dem, trees, wkey if placed[i, 1] == _WORKER else pkey, placed[i, 2])
+        return start, 0, 0
+    return n_placed, w, p
+
+
+@njit(cache=True)
+def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
+                  masks, actions, tasks, placed):
+    """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
+    (``(job index, role, node)`` in placement order)."""
+    trees = _build_trees(nodes, dem)
+    free = nodes[1]
+    total = np.zeros(3)
+    for r in range(3):
+        for n in range(free.shape[0]):
+            total[r] += free[n, r]
+    n_placed = 0
+    for idx in range(order.shape[0]):
+        g = order[idx]
+        wd, pd = dem[wkey[g]], dem[pkey[g]]
+        _fill_mask(masks[g], caps[g], shapes, wd, pd, total)
+        if g == forced_job and masks[g, forced_row]:
+            a = forced_row
+        elif g == forced_job or rng is None:
+            a = _greedy(logits[g], masks[g])
+        else:
+            a = _sample(logits[g], masks[g], rng)
+        actions[g] = a
+        n_placed, w, p = _place_shape(nodes, dem, trees, wkey[g], pkey[g], g, shapes[a, 0], shapes[a, 1],
+                                      placed, n_placed)
+        tasks[g, 0], tasks[g, 1] = w, p
+        for r in range(3):
+            total[r] -= w * wd[r] + p * pd[r]
+    return n_placed

@@ -1,0 +1,183 @@
+"""The shape policy's network (torch), its numpy inference path and its checkpoints.
+
+One scorer shared by every job (a DeepSets network): each job row ``x_j``
+(``F`` columns, :func:`dl2ray.policy.shape.job_features`) is embedded,
+``h_j = φ(x_j)`` (an MLP of ``policy.shape.embed`` widths, ReLU after every
+layer); the context is ``c = [mean_j h_j, max_j h_j, g]`` over the jobs of
+the view (``g`` the global row); each job's logits over the ``K`` menu rows
+are ``W_o·relu(W_h·[h_j, c] + b_h) + b_o``. The same weights score job 3 and
+job 30, so what is learned for one resnet-50 carries to every other, and
+the view may hold any number of jobs. Shapes: ``x`` (B, n, F), ``present``
+(B, n) bool (padding rows False), ``g`` (B, G) → logits (B, n, K).
+
+A checkpoint is a ``torch.save`` dict with ``arch: "shape"`` (paper
+checkpoints have no ``arch``), the state dict, the menu and the catalogue;
+:func:`load_shape_checkpoint` refuses one whose menu or catalogue differs
+from the config's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from dl2ray.policy.network import CheckpointError
+from dl2ray.policy.shape import ShapeEncoding
+
+ARCH = "shape"
+
+
+class ShapePolicyNet(nn.Module):
+    """Job rows and the global row → per-job menu logits (module docstring)."""
+
+    def __init__(self, enc: ShapeEncoding, embed: Sequence[int], head: int) -> None:
+        super().__init__()
+        self.enc, self.embed_widths, self.head_width = enc, tuple(embed), head
+        layers: list[nn.Module] = []
+        d = enc.job_dim
+        for h in embed:
+            layers += [nn.Linear(d, h), nn.ReLU()]
+            d = h
+        self.embed = nn.Sequential(*layers)
+        self.hidden = nn.Linear(3 * d + enc.global_dim, head)
+        self.out = nn.Linear(head, enc.num_shapes)
+
+    def forward(self, x: torch.Tensor, present: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)  # (B, n, H)
+        keep = present.unsqueeze(-1)
+        count = keep.sum(dim=1).clamp(min=1)
+        mean = (h * keep).sum(dim=1) / count
+        mx = h.masked_fill(~keep, 0.0).amax(dim=1)  # h ≥ 0 (ReLU), so 0 is a neutral pad
+        ctx = torch.cat([mean, mx, g], dim=-1).unsqueeze(1).expand(-1, h.shape[1], -1)
+        return self.out(torch.relu(self.hidden(torch.cat([h, ctx], dim=-1))))
+
+
+def build_shape_policy(enc: ShapeEncoding, embed: Sequence[int], head: int, seed: int) -> ShapePolicyNet:
+    """A freshly initialised network; the init draws only from a generator seeded by ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ShapePolicyNet(enc, embed, head)
+
+
+class NumpyShapePolicy:
+    """The network in float32 numpy for one view at a time: ``logits(x (n, F), g (G,)) -> (n, K)``."""
+
+    def __init__(self, net: ShapePolicyNet) -> None:
+        self.enc = net.enc
+        with torch.no_grad():
+            lin = [m for m in net.embed if isinstance(m, nn.Linear)]
+            self.embed = [(m.weight.numpy().T.copy(), m.bias.numpy().copy()) for m in lin]
+            wh = net.hidden.weight.numpy().T.copy()  # (3H + G, head)
+            d = lin[-1].out_features if lin else self.enc.job_dim
+            self.wh_job, self.wh_ctx, self.bh = wh[:d], wh[d:], net.hidden.bias.numpy().copy()
+            self.wo, self.bo = net.out.weight.numpy().T.copy(), net.out.bias.numpy().copy()
+
+    def logits(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        h = x
+        for w, b in self.embed:
+            h = np.maximum(h @ w + b, 0.0)
+        if h.shape[0]:
+            ctx = np.concatenate([h.mean(axis=0), h.max(axis=0), g])
+        else:
+            ctx = np.concatenate([np.zeros(2 * h.shape[1], np.float32), g])
+        z = np.maximum(h @ self.wh_job + (ctx @ self.wh_ctx + self.bh), 0.0)
+        return (z @ self.wo + self.bo).astype(np.float32)
+
+
+@dataclass
+class ShapeCheckpoint:
+    policy: ShapePolicyNet
+    extra: dict
+
+
+def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequence[str],
+                          extra: dict | None = None) -> None:
+    """``torch.save`` of the state dict with what it takes to rebuild it and ``extra`` (plain data)."""
+    enc = net.enc
+    if len(catalogue) != enc.num_types:
+        raise ValueError(f"catalogue has {len(catalogue)} names, the encoding {enc.num_types} types")
+    doc = {
+        "arch": ARCH,
+        "meta": {"catalogue": list(catalogue), "menu": [list(s) for s in enc.menu],
+                 "slots_run_scale": enc.slots_run_scale, "embed": list(net.embed_widths),
+                 "head": net.head_width},
+        "policy": net.state_dict(),
+        "extra": extra or {},
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(doc, path)
+
+
+def read_checkpoint_doc(path: str | Path) -> dict:
+    """The raw checkpoint dict (either architecture); a clear error for anything torch cannot read."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such policy checkpoint")
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch's own message is a page on weights_only, not about this file
+        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (torch.load cannot read it)") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (not a dict)")
+    return doc
+
+
+def checkpoint_arch(path: str | Path) -> str:
+    """``"shape"`` or ``"paper"`` (a checkpoint without ``arch``)."""
+    return str(read_checkpoint_doc(path).get("arch", "paper"))
+
+
+def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None) -> ShapeCheckpoint:
+    """Rebuild the network; refuse a checkpoint whose menu or catalogue differs from ``expect``."""
+    doc = read_checkpoint_doc(path)
+    if doc.get("arch") != ARCH:
+        raise CheckpointError(f"{path}: a {doc.get('arch', 'paper')!r} checkpoint, not a shape policy")
+    try:
+        m = doc["meta"]
+        enc = ShapeEncoding(len(m["catalogue"]), tuple((int(w), int(p)) for w, p in m["menu"]),
+                            float(m["slots_run_scale"]))
+        embed, head = tuple(int(h) for h in m["embed"]), int(m["head"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a dl2ray shape checkpoint (meta: {exc!r})") from None
+    if expect is not None:
+        if enc.menu != expect.menu:
+            raise CheckpointError(f"{path}: checkpoint menu {list(enc.menu)} differs from the config's "
+                                  f"{list(expect.menu)} (policy.shape.menu_workers / menu_ps)")
+        if enc.num_types != expect.num_types:
+            raise CheckpointError(f"{path}: checkpoint has {enc.num_types} job types, the config "
+                                  f"{expect.num_types}")
+    net = ShapePolicyNet(enc, embed, head)
+    net.load_state_dict(doc["policy"])
+    return ShapeCheckpoint(net, dict(doc.get("extra", {})))
+
+
+def checkpoint_catalogue(path: str | Path) -> tuple[str, ...]:
+    return tuple(read_checkpoint_doc(path).get("meta", {}).get("catalogue", ()))
+
+
+def numpy_policy(net):
+    """The numpy inference copy of either architecture's torch policy network."""
+    if isinstance(net, ShapePolicyNet):
+        return NumpyShapePolicy(net)
+    from dl2ray.policy.network import NumpyPolicy
+
+    return NumpyPolicy.from_torch(net)
+
+
+def load_policy_net(path: str | Path, cfg) -> nn.Module:
+    """The torch policy network of a checkpoint of either architecture, checked against ``cfg``."""
+    if checkpoint_arch(path) == ARCH:
+        trained_on, names = checkpoint_catalogue(path), tuple(cfg.catalogue.names)
+        if trained_on != names:
+            raise CheckpointError(f"{path}: checkpoint was trained on job types {list(trained_on)}, "
+                                  f"the config has {list(names)}")
+        return load_shape_checkpoint(path, expect=ShapeEncoding.from_config(cfg)).policy
+    from dl2ray.policy.encoding import Encoding
+    from dl2ray.policy.network import load_checkpoint
+
+    return load_checkpoint(path, Encoding.from_config(cfg), cfg.catalogue.names).policy
