@@ -126,6 +126,8 @@ def bench_decide(
         "--compiled/--step-by-step", help="the compiled loop, or the step-by-step reference")] = True,
     seed: int = 0,
     repeats: Annotated[int, typer.Option(min=1)] = 200,
+    arch: Annotated[str | None, typer.Option(
+        help="paper or shape (default: the checkpoint's, else policy.arch)")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Milliseconds for one whole slot's decision by the DL2 policy (all inferences until stop).
@@ -135,39 +137,77 @@ def bench_decide(
     slot's placer, every inference, mask and placement, and the Allocation.
     The first 5 runs (numba loads or compiles the loop in the first) are dropped.
     ``cpu_*_ms``: the process's CPU time for the same runs (what a loaded machine
-    does not inflate, unlike the wall-clock ``p50_ms``/``p99_ms``).
+    does not inflate, unlike the wall-clock ``p50_ms``/``p99_ms``). For the shape
+    architecture one decision is the job features, one network pass over all
+    jobs and the compiled menu loop (``inferences`` = jobs decided).
     """
+    from dl2ray.policy.shape_net import checkpoint_arch
+
+    cfg = load_config(config)
+    arch = arch or (checkpoint_arch(policy) if policy is not None else cfg.policy.arch)
+    if arch not in ("paper", "shape"):
+        raise UserError(f"--arch: {arch!r}: known: paper, shape")
+    if arch == "shape":
+        decide = _shape_decider(cfg, policy, seed)
+    else:
+        decide = _paper_decider(cfg, policy, seed, compiled)
+    view = busy_view(cfg, jobs, seed)
+    rng = np.random.default_rng(seed)
+    times, cpu, steps, tasks = [], [], [], []
+    for _ in range(repeats + 5):  # the first few warm caches and are dropped
+        t0, c0 = time.perf_counter(), time.process_time()
+        alloc, inferences = decide(view, None if not sample else rng)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        steps.append(inferences)
+        tasks.append(sum(t.workers + t.ps for t in alloc.tasks.values()))
+    ms, cpu_ms = np.array(times[5:]) * 1e3, np.array(cpu[5:]) * 1e3
+    per = ms / np.maximum(np.array(steps[5:]), 1)
+    emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes, "arch": arch,
+           "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
+           "path": "compiled" if compiled or arch == "shape" else "step-by-step",
+           "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
+           "cpu_p50_ms": round(float(np.percentile(cpu_ms, 50)), 3),
+           "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
+           "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
+           "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
+
+
+def _paper_decider(cfg, policy: Path | None, seed: int, compiled: bool):
+    """``decide(view, rng) -> (allocation, inferences)`` of the paper's policy."""
     from dl2ray.policy.decision import decide_slot
     from dl2ray.policy.encoding import Encoding
     from dl2ray.policy.network import NumpyPolicy, build_networks, load_checkpoint
 
-    cfg = load_config(config)
     enc = Encoding.from_config(cfg)
     if policy is None:
         net = build_networks(enc, cfg.policy.hidden, seed)[0]
     else:
         net = load_checkpoint(policy, expect=enc, catalogue=cfg.catalogue.names).policy
     numpy_policy = NumpyPolicy.from_torch(net)
-    view = busy_view(cfg, jobs, seed)
-    rng = np.random.default_rng(seed)
-    times, cpu, steps, tasks = [], [], [], []
-    for _ in range(repeats + 5):  # the first few warm caches and are dropped
-        t0, c0 = time.perf_counter(), time.process_time()
-        dec = decide_slot(view, numpy_policy, enc, greedy=not sample, rng=rng, fast=compiled)
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-        steps.append(dec.inferences)
-        tasks.append(sum(t.workers + t.ps for t in dec.allocation.tasks.values()))
-    ms, cpu_ms = np.array(times[5:]) * 1e3, np.array(cpu[5:]) * 1e3
-    per = ms / np.maximum(np.array(steps[5:]), 1)
-    emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
-           "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
-           "path": "compiled" if compiled else "step-by-step",
-           "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
-           "cpu_p50_ms": round(float(np.percentile(cpu_ms, 50)), 3),
-           "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
-           "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
-           "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
+
+    def decide(view, rng):
+        dec = decide_slot(view, numpy_policy, enc, greedy=rng is None, rng=rng, fast=compiled)
+        return dec.allocation, dec.inferences
+
+    return decide
+
+
+def _shape_decider(cfg, policy: Path | None, seed: int):
+    """``decide(view, rng) -> (allocation, jobs decided)`` of the shape policy."""
+    from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+    from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy, load_policy_net
+
+    enc = ShapeEncoding.from_config(cfg)
+    s = cfg.policy.shape
+    net = build_shape_policy(enc, s.embed, s.head, seed) if policy is None else load_policy_net(policy, cfg)
+    numpy_policy = NumpyShapePolicy(net)
+
+    def decide(view, rng):
+        x, g = job_features(view, enc)
+        return decide_shapes(view, enc, numpy_policy.logits(x, g), rng).allocation, len(view.jobs)
+
+    return decide
 
 
 def busy_view(cfg, jobs: int, seed: int):

@@ -92,6 +92,8 @@ def _run(sim: Simulator, sched, seed: int) -> dict[int, float]:
 def _build(name: str, cfg):
     if name == "dl2":
         return _untrained_dl2(cfg)
+    if name == "dl2-shape":
+        return _untrained_shape(cfg)
     try:
         return make_scheduler(name, cfg)
     except UserError as exc:  # a scheduler that needs an argument we cannot invent
@@ -109,8 +111,19 @@ def _untrained_dl2(cfg):
     return DL2Scheduler.from_policy(NumpyPolicy.from_torch(policy), greedy=False, seed=0)
 
 
+def _untrained_shape(cfg):
+    """The learned scheduler of the shape architecture, freshly initialised, sampling its rows."""
+    from dl2ray.policy.shape import ShapeEncoding
+    from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
+    from dl2ray.schedulers.dl2 import DL2Scheduler
+
+    s = cfg.policy.shape
+    net = build_shape_policy(ShapeEncoding.from_config(cfg), s.embed, s.head, seed=0)
+    return DL2Scheduler.from_policy(NumpyShapePolicy(net), greedy=False, seed=0)
+
+
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("name", scheduler_names())
+@pytest.mark.parametrize("name", [*scheduler_names(), "dl2-shape"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     first=first_node_st,
