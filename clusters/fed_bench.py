@@ -14,6 +14,12 @@ unmeasured seconds, then the learner's accepted updates over ``seconds``. Then, 
 - **rejoin**: kill the learner (Ray restarts it from its checkpoint); seconds
   until it answers again and until every member has had a gradient accepted
   by the restarted learner.
+
+Last (alone with ``--learner-only``), the learner's ceiling: one learner fed
+ready-made gradients back to back (``learner_pushes`` of them, each answered
+with the weights, a checkpoint every 20), in this process (the Adam step and
+the reply) and through its actor from the driver (plus Ray's transfer of the
+gradient and the weights): the updates/s no number of members can exceed.
 """
 
 from __future__ import annotations
@@ -138,20 +144,64 @@ def http_and_rejoin(ray, cfg, out: Path, seed: int, http_pushes: int) -> dict[st
         ray.kill(gp, no_restart=True)
 
 
+def learner_ceiling(ray, cfg, out: Path, seed: int, pushes: int) -> dict[str, Any]:
+    """Seconds per update of a learner fed ready gradients back to back, in process and as an actor."""
+    import numpy as np
+
+    from clusters.a3c import A3COptions, _params_vector
+    from clusters.federation import FederatedPolicyImpl
+    from dl2ray.learn.rl import UpdateRow
+
+    row = UpdateRow(-1, 0.0, 0.0, 0.0, 0.0, 0.0, 256, 13, 0)
+    members = [{"name": "m0", "mode": "learn", "weight": 1.0, "staleness": 10**9}]
+    opts = A3COptions(agents=1, traces=1, val_every=None, checkpoint_every=20)
+    local = FederatedPolicyImpl(cfg, None, seed, str(out / "ceiling-local.pt"), opts, members)
+    size = _params_vector(local.policy, local.value).size
+    grad = np.random.default_rng(seed).normal(0.0, 1e-3, size).astype(np.float32)
+
+    def timed(push) -> float:
+        for _ in range(5):  # warm-up: first Adam steps allocate the moment buffers
+            push()
+        t0 = time.perf_counter()
+        for _ in range(pushes):
+            push()
+        return (time.perf_counter() - t0) / pushes
+
+    in_process = timed(lambda: local.push_member("m0", grad, row, local.opt.updates, local.boot))
+    gp = _learner(ray, cfg, "fed-bench-ceiling", 1, out, seed)
+    state = {"version": 0, "boot": ray.get(gp.version.remote())["boot"]}
+
+    def actor_push() -> None:
+        r = ray.get(gp.push_member.remote("m0", grad, row, state["version"], state["boot"], True))
+        state["version"] = r["updates"]
+
+    try:
+        actor = timed(actor_push)
+    finally:
+        ray.kill(gp, no_restart=True)
+    return {"parameters": int(size), "pushes": pushes, "in_process_s": round(in_process, 5),
+            "actor_call_s": round(actor, 5), "updates_per_s_bound": round(1.0 / actor, 1)}
+
+
 def run_bench(config: Path, counts: list[int], seconds: float, warmup: float = 5.0, seed: int = 0,
-              http_pushes: int = 20) -> dict[str, Any]:
+              http_pushes: int = 20, learner_pushes: int = 100, learner_only: bool = False) -> dict[str, Any]:
     from clusters.plugin import start_ray
 
     cfg = load_config(config)
     started = start_ray(2)
     import ray
 
+    rows: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="dl2ray-fedbench-") as tmp:
-            rows = [throughput(ray, cfg, n, seconds, warmup, Path(tmp), seed) for n in counts]
-            extra = http_and_rejoin(ray, cfg, Path(tmp), seed, http_pushes)
+            if not learner_only:
+                rows = [throughput(ray, cfg, n, seconds, warmup, Path(tmp), seed) for n in counts]
+                extra = http_and_rejoin(ray, cfg, Path(tmp), seed, http_pushes)
+            extra["learner"] = learner_ceiling(ray, cfg, Path(tmp), seed, learner_pushes)
     finally:
         if started:
             ray.shutdown()
     return {"bench": "federation", "config": str(config), "cpus": os.cpu_count(), "ray_cpus": 2,
-            "seconds": seconds, "warmup_s": warmup, "throughput": rows, **extra}
+            "load_avg": round(os.getloadavg()[0], 2), "seconds": seconds, "warmup_s": warmup,
+            "throughput": rows, **extra}

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from dl2ray.errors import UserError
 from dl2ray.report import emit
 
 federation_app = typer.Typer(
@@ -62,7 +63,7 @@ def from_philly_command(
     from clusters.fed_config import load_federation
     from clusters.fed_philly import from_philly
 
-    doc = from_philly(csv, vcs, out, base, None, name, gpu_scale, min_nodes, max(max_nodes, min_nodes),
+    doc = from_philly(csv, vcs, out, base, None, name, gpu_scale, min_nodes, max_nodes,
                       list(add or []), runs)
     load_federation(out)  # what was written must load
     print(f"wrote {out}: {len(doc['members'])} members ({', '.join(m['name'] for m in doc['members'])})")
@@ -123,13 +124,19 @@ def bench_federation(
     more: Annotated[list[int] | None, typer.Argument(hidden=True, metavar="N")] = None,
     seconds: Annotated[float, typer.Option(min=0.5, help="measured seconds per member count")] = 20.0,
     config: Annotated[Path, typer.Option("--config", "-c")] = Path("configs/testbed.yaml"),
+    learner_only: Annotated[bool, typer.Option(
+        "--learner-only", help="only the learner's ceiling (ready gradients back to back)")] = False,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Learner updates/s with N simulated members, bytes per update over HTTP, rejoin after a restart."""
+    """Learner updates/s with N simulated members, bytes per update over HTTP, rejoin after a restart,
+    and the learner's own ceiling."""
     from clusters.fed_bench import run_bench
 
     counts = [*(members or []), *(more or [])] or [2, 4, 8]
-    emit(run_bench(config, counts, seconds), json_out)
+    bad = [n for n in counts if n < 1]
+    if bad:
+        raise UserError(f"--members: {bad[0]}: a member count must be at least 1")
+    emit(run_bench(config, counts, seconds, learner_only=learner_only), json_out)
 
 
 @federation_app.command("experiment")

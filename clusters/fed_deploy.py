@@ -163,8 +163,8 @@ def _remote(fed_path: Path, action: str, member: str, url: str = "") -> None:
     cmd = [sys.executable, "-m", "clusters.fed_deploy", action, str(fed_path), member, url]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     if proc.returncode != 0:
-        raise UserError(f"member {member}: {action} in its Ray cluster failed: "
-                        f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"member {member}: {action} in its Ray cluster failed: {last}")
 
 
 def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:

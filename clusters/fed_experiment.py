@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from dl2ray.errors import UserError
+
 
 def _train(ray, fed, indices: list[int], updates: int, tag: str, out: Path) -> dict[str, Any]:
     from clusters.a3c import _load_vector, _with_hidden_of
@@ -101,8 +103,14 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
     from dl2ray.policy.network import load_checkpoint
 
     fed = load_federation(path)
+    known = [m.name for m in fed.members]
+    for name in members or []:
+        if name not in known:
+            raise UserError(f"--member: {name!r}: no such member of {path}; members: {', '.join(known)}")
     idx = [i for i, m in enumerate(fed.members)
            if m.mode == "learn" and m.backend.kind == "sim" and (members is None or m.name in members)]
+    if not idx:
+        raise UserError(f"--member: none of the chosen members of {path} is a simulated `learn` member")
     started = start_ray(2)
     import ray
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,10 @@ def from_philly(csv: Path, vcs: int, out: Path, base: Path, learner_config: Path
 
     if vcs < 1:
         raise UserError(f"--vcs: {vcs}: need at least one virtual cluster")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", name):
+        raise UserError(f"--name: {name!r}: lower-case letters, digits and '-', at most 40 characters")
+    if max_nodes < min_nodes:
+        raise UserError(f"--max-nodes: {max_nodes} is below --min-nodes {min_nodes}")
     if not csv.exists():
         raise UserError(f"{csv}: no such file")
     base_cfg = load_config(base)
@@ -156,11 +161,14 @@ def from_philly(csv: Path, vcs: int, out: Path, base: Path, learner_config: Path
            "members": members}
     # "source" documents where a member came from; the loader accepts only the schema's fields
     sources = [{"name": m["name"], **m.pop("source")} for m in members if "source" in m]
-    out.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# Written by `dl2ray federation from-philly {csv} --vcs {vcs}` (gpu scale {gpu_scale}):\n"
               f"# the {vcs} Philly virtual clusters with the most jobs" +
               (f", plus {', '.join(e.name for e in extra_members)}" if extra_members else "") + ".\n")
     notes = "".join(f"#   {s['name']}: {s['jobs']} jobs, p90 GPU demand {s['gpu_demand_p90']:.0f}, "
                     f"median {s['median_gpus']:g} GPUs, {s['span_days']} days\n" for s in sources)
-    out.write_text(header + notes + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(header + notes + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--out: {out}: cannot write: {exc.strerror or exc}") from None
     return doc

@@ -118,6 +118,64 @@ def test_from_philly_writes_the_largest_vcs(tmp_path, capsys):
     assert code == 2 and "--vcs" in err
 
 
+@pytest.mark.parametrize(("args", "field"), [
+    (["--name", "Bad Name"], "--name"),
+    (["--min-nodes", "8", "--max-nodes", "4"], "--max-nodes"),
+    (["--out", "/proc/no-such-dir/fed.yaml"], "--out"),
+])
+def test_from_philly_bad_options_exit_2_and_write_nothing(tmp_path, capsys, args, field):
+    csv = tmp_path / "philly.csv"
+    csv.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,600,1,0,vc\n")
+    out = tmp_path / "fed.yaml"
+    code, _, err = run_cli(capsys, "federation", "from-philly", str(csv), "--vcs", "1", "--out", str(out),
+                           *args)
+    assert code == 2, err
+    assert err.startswith(f"error: {field}") and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_experiment_refuses_unknown_or_no_learning_members(tmp_path, tiny_yaml, capsys):
+    path = _fed_file(tmp_path, tiny_yaml)
+    code, _, err = run_cli(capsys, "federation", "experiment", str(path), "--member", "zz")
+    assert code == 2 and err.startswith("error: --member: 'zz'"), err
+    doc = yaml.safe_load(path.read_text())
+    doc["members"][0]["mode"] = "shadow"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run_cli(capsys, "federation", "experiment", str(path), "--member", "a")
+    assert code == 2 and err.startswith("error: --member: none"), err
+
+
+def test_bench_refuses_a_member_count_below_one(capsys):
+    code, _, err = run_cli(capsys, "bench", "federation", "--members", "2", "--members", "0")
+    assert code == 2 and err.startswith("error: --members: 0"), err
+
+
+# -- status: the table and the JSON document (the learner's view stubbed: no Ray) -------------------------
+
+
+def test_status_table_and_json(tmp_path, tiny_yaml, capsys, monkeypatch):
+    import clusters.fed_deploy
+
+    member = {"name": "a", "mode": "learn", "updates": 7, "dropped": 1, "rewound": 0, "joins": 2,
+              "last_contact_s": 0.4, "staleness": 1, "staleness_bound": 8, "bytes_last": 0,
+              "val_jct": 12.0, "drf_jct": 10.0, "jct_over_drf": 1.2, "where": "learner's Ray (actor)"}
+    never = {**member, "name": "b", "updates": 0, "dropped": 0, "joins": 0, "last_contact_s": None,
+             "bytes_last": 1659755, "val_jct": None, "drf_jct": None, "jct_over_drf": None}
+    doc = {"federation": "t", "address": "127.0.0.1:1", "url": None, "checkpoint": "x/global.pt",
+           "updates": 7, "boot": 1, "resumed": False, "uptime_s": 3.0, "members": [member, never]}
+    monkeypatch.setattr(clusters.fed_deploy, "status", lambda path: doc)
+    path = _fed_file(tmp_path, tiny_yaml)
+    code, out, err = run_cli(capsys, "federation", "status", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out) == doc
+    code, out, err = run_cli(capsys, "federation", "status", str(path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("federation t: 7 updates, learner boot 1")
+    assert lines[2].split() == ["a", "learn", "7", "1", "0", "2", "0.4", "1", "-", "12.00", "10.00", "1.200"]
+    assert lines[3].split() == ["b", "learn", "0", "0", "0", "0", "-", "1", "1659755", "-", "-", "-"]
+
+
 # -- the learner's protocol (plain class) -----------------------------------------------------------------
 
 
