@@ -400,10 +400,10 @@ def rllib(
                    traces, val_traces, val_every, reward, max_slots, _algo_options(algo_opt))
     from dl2ray.learn.rllib_train import algorithm_config
 
-    try:
-        algorithm_config(cfg, run)
+    try:  # RLlib's own checks of the settings (no Ray needed), before Ray starts
+        algorithm_config(cfg, run).validate()
     except (ValueError, TypeError) as exc:
-        raise UserError(f"--algo-opt: {exc}") from None
+        raise UserError(f"--algo-opt: {' '.join(str(exc).split())}") from None
     out = _out_dir(out)
     result, session = _run_rllib(cfg, run, out)
     best = result.best

@@ -154,6 +154,12 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys) -> None:
     code, _, err = run_cli(capsys, "experiment", "rllib", "--out", str(tmp_path), "--minutes", "1",
                            "--algo", "dqn")
     assert code == 2 and "--algo" in err and len(err.strip().splitlines()) == 1
+    # RLlib's own checks of the settings run before Ray starts: a bad value is refused, not a traceback
+    code, _, err = run_cli(capsys, "experiment", "rllib", "--config", str(TINY), "--out", str(tmp_path / "r"),
+                           "--minutes", "1", "--algo-opt", "minibatch_size=5000")
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: --algo-opt: `minibatch_size` (5000)"), err
+    assert not (tmp_path / "r").exists()
     code, _, err = run_cli(capsys, "compare", "--config", str(TINY), "--schedulers", f"rllib:{tmp_path}",
                            "--traces", "1", "--processes", "1", "--no-references")
     assert code == 2 and "policy.pt" in err
