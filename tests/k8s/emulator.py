@@ -13,6 +13,21 @@ Note that kmock applies a write before a reaction answers it, so an injected
 error on a create or delete is a *lost answer*: the object was created or
 deleted, the client saw an error — exactly the case where a retry must not
 make a duplicate.
+
+Cost per request (kmock 0.8, measured; docs/BENCHMARKS.md): kmock logs every
+request it serves (for assertions) and decides which reaction answers a new
+request by testing, reaction after reaction, whether the request is among the
+logged requests that reaction's filter selects — a walk over the whole log,
+applying the filter's criteria to each logged request. Serving therefore costs
+about 40 µs per request served before (a GET after 2,000 requests: 86 ms),
+whatever the number of objects: quadratic over a run. Stored objects cost far
+less (each request scans them once; patches keep old versions in memory, but
+only the last is read). :class:`Emulator` with ``fresh_log_every=N`` (the
+benchmark) bounds the log: after every N requests it moves the objects, last
+versions only, into a fresh ``KubernetesEmulator`` through kmock's public
+``objects`` and ``resources`` and serves from that one — between two requests,
+never while one is being served. The tests keep the default (one emulator, the
+full log, the reactions of :meth:`Emulator.react`).
 """
 
 from __future__ import annotations
@@ -23,6 +38,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp.test_utils
+import aiohttp.web
 import yaml
 from kmock import KubernetesEmulator, ResourceInfo, Server, resource
 
@@ -37,10 +54,72 @@ RESOURCES = {
 }
 
 
-class Emulator:
-    """The emulator on ``url`` until :meth:`close`; ``km`` is the kmock handler (objects, reactions)."""
+class FreshLog:
+    """An aiohttp handler that serves every request with a KubernetesEmulator and, after every ``every``
+    requests, moves the objects into a fresh one (module docstring: kmock's log makes each request
+    cost time in proportion to the requests served before it).
 
-    def __init__(self) -> None:
+    The move waits until no request is being served (new ones wait for it) and copies the last version
+    of each live object; reactions and object histories are not carried over, and a watch (a request
+    that never ends) would hold the move off for ever: no watches with this handler.
+    """
+
+    def __init__(self, km: KubernetesEmulator, every: int) -> None:
+        self.km, self.every = km, every
+        self.served = 0  # requests answered since the last move
+        self.moves = 0
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._open = asyncio.Event()
+        self._open.set()
+        self._moving: asyncio.Task[None] | None = None
+
+    async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        await self._open.wait()
+        self._busy += 1
+        self._idle.clear()
+        try:
+            return await self.km(raw)
+        finally:
+            self._busy -= 1
+            self.served += 1
+            if not self._busy:
+                self._idle.set()
+            if self.served >= self.every and self._moving is None:
+                self._moving = asyncio.create_task(self._move())
+
+    async def _move(self) -> None:
+        self._open.clear()
+        old = self.km
+        try:
+            await self._idle.wait()
+            new = KubernetesEmulator()
+            await new.__aenter__()
+            for res, info in old.resources.items():
+                new.resources[res] = info
+            for (res, namespace, name), obj in old.objects.items():
+                if not obj.deleted:
+                    new.objects[res, namespace, name] = obj.raw
+            self.km, self.served = new, 0
+            self.moves += 1
+        finally:  # a failed move leaves the old emulator serving, never a server that waits for ever
+            self._moving = None
+            self._open.set()
+        await old.__aexit__(None, None, None)
+
+
+class Emulator:
+    """The emulator on ``url`` until :meth:`close`; ``km`` is the kmock handler (objects, reactions).
+
+    ``fresh_log_every``: None (the tests) serves everything from one KubernetesEmulator; N moves the
+    objects into a fresh one after every N requests (:class:`FreshLog`; then ``km`` is the first one
+    only, and :meth:`react` is not available).
+    """
+
+    def __init__(self, fresh_log_every: int | None = None) -> None:
+        self.fresh_log_every = fresh_log_every
+        self.front: FreshLog | None = None
         self._ready = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
@@ -54,12 +133,23 @@ class Emulator:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        async with KubernetesEmulator() as km, Server(km) as srv:
-            self.km, self.url = km, str(srv.url).rstrip("/")
-            for (group, version, plural), info in RESOURCES.items():
-                km.resources[resource(group, version, plural)] = info
+        km = KubernetesEmulator()
+        for (group, version, plural), info in RESOURCES.items():
+            km.resources[resource(group, version, plural)] = info
+        self.km = km
+        if self.fresh_log_every is None:
+            async with km, Server(km) as srv:
+                self.url = str(srv.url).rstrip("/")
+                self._ready.set()
+                await self._stop.wait()
+            return
+        await km.__aenter__()
+        self.front = FreshLog(km, self.fresh_log_every)
+        async with aiohttp.test_utils.RawTestServer(self.front, host="127.0.0.1") as srv:
+            self.url = str(srv.make_url("")).rstrip("/")
             self._ready.set()
             await self._stop.wait()
+        await self.front.km.__aexit__(None, None, None)
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self._stop.set)
@@ -83,6 +173,10 @@ class Emulator:
     def react(self, method: str, group: str, version: str, plural: str, payload: Any, times: int) -> None:
         """The next ``times`` ``method`` requests on the resource answer ``payload`` (a status code, or an
         async callable, e.g. one that sleeps past the client's timeout) instead of the stored object."""
+        if self.front is not None:
+            raise RuntimeError(
+                "reactions do not survive FreshLog moves: use Emulator() without fresh_log_every"
+            )
 
         def add() -> None:
             self.km[method, resource(group, version, plural)][:times] << payload
@@ -116,11 +210,15 @@ def with_uid(obj: dict) -> dict:
 
 
 def main() -> None:
-    """``python tests/k8s/emulator.py``: the emulator in its own process (benchmarks); prints its URL."""
+    """``python tests/k8s/emulator.py [--fresh-log-every N]``: the emulator in its own process
+    (benchmarks); prints its URL."""
+    import argparse
     import signal
     import sys
 
-    emu = Emulator()
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--fresh-log-every", type=int, default=None, metavar="N", help="see FreshLog")
+    emu = Emulator(fresh_log_every=p.parse_args().fresh_log_every)
     print(emu.url, flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     emu.close()
