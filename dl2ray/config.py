@@ -226,6 +226,9 @@ class ShapeConfig(_Frozen):
     lr: float = Field(default=1e-3, gt=0, description="Adam learning rate")
     epochs: int = Field(default=4, ge=1, description="Adam steps on each update's tries")
     kl: float = Field(default=0.1, gt=0, description="KL limit (nats) of each update's target")
+    trust: float | None = Field(
+        default=None, gt=0, description="stop an update's Adam steps once the mean KL(old ‖ new) over every "
+        "job of its slots exceeds this (nats); None: all epochs")
     entropy_weight: float = Field(default=0.0, ge=0, description="entropy bonus weight")
 
     @field_validator("menu_workers", "menu_ps")

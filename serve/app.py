@@ -149,7 +149,7 @@ class DecisionService:
         return PolicyInfo(version=cur.version, source=cur.source, checkpoint=self.settings.checkpoint,
                           loaded_at=cur.loaded_at, reloads=self.store.reloads, failures=self.store.failures,
                           last_error=self.store.last_error, config=self.cfg.name,
-                          window=self.cfg.policy.window, max_jobs=self.max_jobs,
+                          arch=cur.scheduler.arch, window=self.cfg.policy.window, max_jobs=self.max_jobs,
                           job_types=list(self.cfg.catalogue.names), schedulers=["dl2", *self.heuristics])
 
     async def healthz(self) -> Health:

@@ -141,7 +141,10 @@ class PolicyInfo(_Message):
     failures: int = Field(description="polls of the weights that failed (the old weights stayed)")
     last_error: str | None = Field(description="why the latest failed poll failed")
     config: str
-    window: int = Field(description="J: jobs per decision window")
+    arch: Literal["paper", "shape"] = Field(
+        description="the served policy's architecture: paper (3J+1 steps over windows of J jobs) or shape "
+                    "(one (workers, PS) menu row per job, no window)")
+    window: int = Field(description="J: jobs per decision window of the paper architecture")
     max_jobs: int = Field(description="largest view accepted (jobs)")
     job_types: list[str]
     schedulers: list[str]

@@ -221,9 +221,20 @@ def solve_eta(adv: list[np.ndarray], prior: list[np.ndarray], kl: float) -> floa
     return float(np.exp(res.x))
 
 
+def _all_jobs_logp(net: ShapePolicyNet, batch: PaddedSlots) -> torch.Tensor:
+    """``log π(·|s, j)`` of every job of every slot (B, n, K), 0 on disallowed rows."""
+    logits = net(batch.x, batch.present, batch.g).masked_fill(~batch.masks, float("-inf"))
+    return torch.log_softmax(logits, dim=-1).masked_fill(~batch.masks, 0.0)
+
+
 def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collected, epochs: int, kl: float,
-                   entropy_weight: float, zero_advantage: bool = False) -> UpdateStats:
-    """The KL-limited improvement step of the module docstring on ``data``'s tries."""
+                   entropy_weight: float, zero_advantage: bool = False, trust: float | None = None
+                   ) -> UpdateStats:
+    """The KL-limited improvement step of the module docstring on ``data``'s tries.
+
+    ``trust``: stop the Adam steps early once the mean ``KL(π_old ‖ π_θ)`` over *every* job of the
+    update's slots (tried or not) exceeds it — the shared network moves untried jobs too.
+    """
     tries = [t for t in data.tries if len(t.actions) > 1]
     if not tries:
         return UpdateStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -256,6 +267,9 @@ def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collec
         target[i, :len(a)] = w
         kls.append(float(np.sum(w * (np.log(np.maximum(w, 1e-300)) - np.log(np.maximum(p, 1e-300))))))
     target_t = torch.from_numpy(target).float()
+    if trust is not None:
+        with torch.no_grad():
+            before = _all_jobs_logp(net, batch)
     stats = None
     for _ in range(epochs):
         logits = net(batch.x, batch.present, batch.g)[ts, tj]
@@ -266,6 +280,11 @@ def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collec
         loss.backward()
         opt.step()
         stats = (float(loss.detach()), float(entropy.detach().mean()))
+        if trust is not None:
+            with torch.no_grad():
+                moved = (before.exp() * (before - _all_jobs_logp(net, batch))).sum(-1)[batch.present].mean()
+            if float(moved) > trust:
+                break
     assert stats is not None
     gains = [float(t.advantages.max()) for t in tries]
     return UpdateStats(stats[0], stats[1], eta, float(np.mean(kls)), float(np.mean(gains)),

@@ -140,6 +140,9 @@ def load_checkpoint(path: str | Path, expect: Encoding | None = None,
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # torch's own message is a page on weights_only, not about this file
         raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (torch.load cannot read it)") from None
+    if isinstance(doc, dict) and doc.get("arch", "paper") != "paper":
+        raise CheckpointError(f"{path}: a {doc['arch']!r}-architecture checkpoint; this needs the paper's "
+                              "(policy.arch: paper)")
     try:
         m = doc["meta"]
         meta = CheckpointMeta(int(m["window"]), int(m["num_types"]), float(m["slots_run_scale"]),
