@@ -28,8 +28,10 @@ def register_federation(plugins) -> None:
 
 @federation_app.command("check")
 def check(file: FileArg) -> None:
-    """Validate the federation file and every member's experiment; print a one-line summary per member."""
+    """Validate the federation file, every member's experiment and every k8s member's kubeconfig context;
+    print a one-line summary per member."""
     from clusters.fed_config import load_federation, member_config
+    from clusters.fed_deploy import check_context
 
     fed = load_federation(file)
     for i, m in enumerate(fed.members):
@@ -37,9 +39,12 @@ def check(file: FileArg) -> None:
             cfg = member_config(fed, i)
             size = f"{cfg.cluster.num_nodes} nodes, {cfg.workload.num_jobs} jobs/trace, " \
                    f"rate {cfg.workload.arrivals.rate:g}/slot"
+        elif m.backend.kind == "ray":
+            size = f"live Ray cluster at {m.backend.address}"
         else:
-            size = m.backend.kind
-        where = m.ray_address or "learner's Ray"
+            check_context(fed, i)
+            size = f"Kubernetes context {m.backend.context}"
+        where = fed.where(m) or "learner's Ray"
         print(f"{m.name}: {m.mode}, weight {m.weight:g}, staleness {m.staleness}, {size}, via {where}")
 
 
@@ -84,8 +89,8 @@ def up_command(file: FileArg,
               f"endpoint {res['url']}, members {', '.join(res['members'])}")
 
 
-def _fmt(v, spec: str = "") -> str:
-    return "-" if v is None else format(v, spec)
+def _fmt(v, spec: str = "", none: str = "-") -> str:
+    return none if v is None else format(v, spec)
 
 
 @federation_app.command("status")
@@ -99,13 +104,20 @@ def status_command(file: FileArg, json_out: Annotated[bool, typer.Option("--json
         return
     print(f"federation {st['federation']}: {st['updates']} updates, learner boot {st['boot']}, "
           f"up {st['uptime_s']:.0f} s, checkpoint {st['checkpoint']}")
-    print(f"{'member':<18}{'mode':<11}{'updates':>8}{'stale':>6}{'rewound':>8}{'joins':>6}{'contact s':>10}"
-          f"{'lag':>5}{'bytes/upd':>10}{'val JCT':>9}{'DRF':>8}{'ratio':>7}")
+    print(f"{'member':<18}{'mode':<11}{'backend':<8}{'updates':>8}{'stale':>6}{'rewound':>8}{'joins':>6}"
+          f"{'contact s':>10}{'lag':>5}{'bytes/upd':>10}{'val JCT':>9}{'DRF':>8}{'ratio':>7}")
+    live = False
     for m in st["members"]:
-        print(f"{m['name']:<18}{m['mode']:<11}{m['updates']:>8}{m['dropped']:>6}{m['rewound']:>8}"
+        backend = m.get("backend", "sim")
+        na = "n/a" if backend != "sim" else "-"  # a live cluster has no simulated validation traces
+        live = live or backend != "sim"
+        print(f"{m['name']:<18}{m['mode']:<11}{backend:<8}{m['updates']:>8}{m['dropped']:>6}{m['rewound']:>8}"
               f"{m['joins']:>6}{_fmt(m['last_contact_s'], '.1f'):>10}{m['staleness']:>5}"
-              f"{m['bytes_last'] or '-':>10}{_fmt(m['val_jct'], '.2f'):>9}{_fmt(m['drf_jct'], '.2f'):>8}"
-              f"{_fmt(m['jct_over_drf'], '.3f'):>7}")
+              f"{m['bytes_last'] or '-':>10}{_fmt(m['val_jct'], '.2f', na):>9}"
+              f"{_fmt(m['drf_jct'], '.2f', na):>8}{_fmt(m['jct_over_drf'], '.3f', na):>7}")
+    if live:
+        print("n/a: live members (ray, k8s) have no simulated validation traces; their decision logs: "
+              "`dl2ray cluster report --log-dir`")
 
 
 @federation_app.command("down")

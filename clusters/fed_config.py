@@ -22,12 +22,31 @@
         traces: 20                    # training traces of its own (seeds.training, offset by member)
         val_traces: 2                 # its own validation traces (seeds.validation)
         val_every: 20                 # own pushes (or pulls) between its validations
+      - name: lab                     # a live Ray cluster: its agent is this federation's member
+        backend: {kind: ray, address: 10.0.0.5:6379, config: live-local.yaml}   # or address: learner
+        mode: learn
+        steps_per_update: 16          # this member's decision steps per gradient (live slots are slow)
+      - name: kube                    # a Kubernetes cluster: the same agent loop against a kubeconfig context
+        backend: {kind: k8s, context: prod, config: k8s-cluster.yaml}
+        ray_address: null             # where its agent actor runs (as for sim members)
+        mode: shadow
 
 Relative paths are relative to the federation file's folder. Every member's
 experiment config is its ``backend.config`` with ``backend.overrides`` merged
 in (group by group, as in the YAML), and with the learner's ``policy`` group:
 one global policy needs one encoding (window, catalogue), so members may
 differ in cluster, workload and speed but not in policy dimensions.
+
+Live members (:mod:`clusters.fed_live`): a ``ray`` member is the live agent
+(:mod:`clusters.live_agent`) of the Ray cluster at ``backend.address`` (a
+``configs/live-*.yaml`` for slot length, guardrail, log folder, agent name);
+``address: learner`` (or the learner's own ``learner.ray.address``) puts it in
+the learner's Ray, reached by actor calls, any other address over HTTP. A
+``k8s`` member is the Kubernetes agent loop (:mod:`clusters.k8s_agent`) of a
+``configs/k8s-cluster.yaml`` against the kubeconfig ``context``; its agent
+actor runs where ``ray_address`` says, as a simulated member's does. Both
+decide with the learner's policy on the experiment of their cluster config
+(its catalogue must be the learner's) and have no simulated validation traces.
 
 :func:`load_federation` turns every problem into a :class:`~dl2ray.config.ConfigError`
 (exit 2) naming the file and the field (``members.1.weight: ...``).
@@ -41,6 +60,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dl2ray.config import ConfigError, ExperimentConfig, format_validation_error, load_config, read_yaml
+
+LEARNER_RAY = "learner"
+"""A ``ray`` member's ``backend.address`` naming the learner's own Ray cluster."""
 
 
 class _Frozen(BaseModel):
@@ -95,15 +117,29 @@ class SimBackendSpec(_Frozen):
 
 
 class RayBackendSpec(_Frozen):
+    """A live Ray cluster (:mod:`clusters.live_agent`): the member is that cluster's agent."""
+
     kind: Literal["ray"]
-    address: str = Field(description="host:port of the live cluster's Ray head")
-    config: str = Field(description="live config (configs/live-*.yaml)")
+    address: str = Field(description="host:port of the live cluster's Ray head; 'learner': the learner's Ray")
+    config: str = Field(description="live config (configs/live-*.yaml): slot length, guardrail, log folder, "
+                                    "agent name; its scheduler, shadow and learn fields are the member's now")
+
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if v != LEARNER_RAY and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"{v!r}: expected HOST:PORT of a Ray head, or {LEARNER_RAY!r}")
+        return v
 
 
 class K8sBackendSpec(_Frozen):
+    """A Kubernetes cluster (:mod:`clusters.k8s_agent`) reached through a kubeconfig context."""
+
     kind: Literal["k8s"]
-    context: str = Field(description="kubeconfig context")
-    config: str = Field(description="Kubernetes agent config (configs/k8s-cluster.yaml)")
+    context: str = Field(min_length=1, description="context in the config's kubernetes.kubeconfig file")
+    config: str = Field(description="Kubernetes agent config (configs/k8s-cluster.yaml): namespace, slot "
+                                    "length, guardrail, kubeconfig; its scheduler is the member's now")
 
 
 class Member(_Frozen):
@@ -120,6 +156,8 @@ class Member(_Frozen):
     val_every: int = Field(default=20, ge=1, description="own pushes (pulls if not learning) per validation")
     pull_interval_s: float = Field(default=2.0, gt=0,
                                    description="shadow/serve-only: seconds between weight pulls")
+    steps_per_update: int | None = Field(default=None, ge=1,
+                                         description="its decision steps per gradient; null: the learner's")
 
 
 class FederationFile(_Frozen):
@@ -140,7 +178,11 @@ class FederationFile(_Frozen):
 
     @model_validator(mode="after")
     def _http_for_remote(self) -> FederationFile:
-        remote = [m.name for m in self.members if m.ray_address is not None]
+        for i, m in enumerate(self.members):
+            if isinstance(m.backend, RayBackendSpec) and m.ray_address is not None:
+                raise ValueError(f"members.{i}.ray_address: a ray member's agent runs in the Ray cluster of "
+                                 "its backend.address; leave ray_address out")
+        remote = [m.name for m in self.members if self.where(m) is not None]
         if remote and not self.learner.http.enabled:
             raise ValueError(f"members {remote} are in other Ray clusters: learner.http.enabled must be true")
         return self
@@ -148,6 +190,14 @@ class FederationFile(_Frozen):
     def resolve(self, relative: str) -> Path:
         p = Path(relative)
         return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def where(self, m: Member) -> str | None:
+        """The Ray cluster a member's agent runs in: None for the learner's (actor calls), else its
+        ``host:port`` (the member talks HTTP). A ``ray`` member runs in its own cluster."""
+        if isinstance(m.backend, RayBackendSpec):
+            own = m.backend.address
+            return None if own == LEARNER_RAY or own == self.learner.ray.address else own
+        return m.ray_address
 
     @property
     def out(self) -> Path:
@@ -208,6 +258,39 @@ def member_config(fed: FederationFile, index: int) -> ExperimentConfig:
     return cfg
 
 
+def live_member_config(fed: FederationFile, index: int) -> tuple[Any, ExperimentConfig]:
+    """A ``ray`` or ``k8s`` member's cluster config (:class:`~clusters.live_config.LiveConfig` or
+    :class:`~clusters.k8s_config.K8sConfig`) and the experiment its policy decides for: the cluster
+    config's experiment with the learner's ``policy`` group (and the member's name)."""
+    from clusters.k8s_config import load_k8s_config
+    from clusters.live_config import load_live_config
+
+    m = fed.members[index]
+    where = f"members.{index}.backend"
+    path = fed.resolve(m.backend.config)
+    cluster: Any
+    if isinstance(m.backend, RayBackendSpec):
+        cluster = load_live_config(path)
+    elif isinstance(m.backend, K8sBackendSpec):
+        cluster = load_k8s_config(path)
+        if cluster.kubernetes.kubeconfig is None:
+            raise ConfigError(f"{where}.config: {path}: kubernetes.kubeconfig is null (in-cluster); a "
+                              f"federation member needs a kubeconfig file with context {m.backend.context!r}")
+    else:
+        raise ConfigError(f"{where}.kind: 'sim' members run a simulated experiment (member_config)")
+    base = learner_config(fed)
+    raw = {**cluster.experiment().model_dump(mode="python"), "name": m.name,
+           "policy": base.policy.model_dump(mode="python")}
+    try:
+        cfg = ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(f"{path}", exc)) from exc
+    if tuple(cfg.catalogue.names) != tuple(base.catalogue.names):
+        raise ConfigError(f"{where}.config: job types {list(cfg.catalogue.names)} differ from the learner's "
+                          f"{list(base.catalogue.names)}; one policy needs one catalogue")
+    return cluster, cfg
+
+
 def load_federation(path: str | Path) -> FederationFile:
     """Load and validate a federation file and every member's experiment (ConfigError naming the field)."""
     path = Path(path)
@@ -226,9 +309,11 @@ def load_federation(path: str | Path) -> FederationFile:
     if fed.learner.init is not None and not fed.resolve(fed.learner.init).exists():
         raise ConfigError(f"{path}: learner.init: file not found: {fed.resolve(fed.learner.init)}")
     for i, m in enumerate(fed.members):
-        if isinstance(m.backend, SimBackendSpec):
-            try:
+        try:
+            if isinstance(m.backend, SimBackendSpec):
                 member_config(fed, i)
-            except ConfigError as exc:
-                raise ConfigError(f"{path}: members.{i}.backend ({m.name}): {exc}") from None
+            else:
+                live_member_config(fed, i)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: members.{i}.backend ({m.name}): {exc}") from None
     return fed

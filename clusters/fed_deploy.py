@@ -9,9 +9,18 @@ that disappeared rejoins with fresh weights). When the file names no Ray
 address, ``up`` starts a head (``ray start --head --block``, pid in
 ``OUT/state.json``) that ``down`` stops by that pid after the final checkpoint.
 
-Members in other Ray clusters (``ray_address`` set) are started by a short
-child process (``python -m clusters.fed_deploy``) connected to that cluster: one
-driver can be connected to one Ray cluster only.
+Members in other Ray clusters (``ray_address`` set, or a ``ray`` member whose
+``backend.address`` is not the learner's) are started by a short child process
+(``python -m clusters.fed_deploy``) connected to that cluster: one driver can be
+connected to one Ray cluster only.
+
+Live members (:mod:`clusters.fed_live`): a ``ray`` member is its cluster's live
+agent (named by its live config's ``agent_name``), a ``k8s`` member a
+``fed-NAME-member-MEMBER`` actor running the Kubernetes agent loop. Before
+anything starts, ``up`` checks that every ``ray`` member's address answers and
+that every ``k8s`` member's context is in its kubeconfig (UserError naming the
+field, exit 2). ``down`` stops their agents; their jobs keep running and are
+adopted by the next agent.
 """
 
 from __future__ import annotations
@@ -20,13 +29,24 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from clusters.fed_config import FederationFile, SimBackendSpec, learner_config, load_federation, member_config
+from clusters.fed_config import (
+    LEARNER_RAY,
+    FederationFile,
+    K8sBackendSpec,
+    RayBackendSpec,
+    SimBackendSpec,
+    learner_config,
+    live_member_config,
+    load_federation,
+    member_config,
+)
 from dl2ray.errors import UserError
 
 
@@ -86,6 +106,7 @@ def _ray_env() -> None:
 
 
 def connect(address: str) -> Any:
+    """A driver on the Ray cluster at ``address`` (this process's own when it is already connected)."""
     _ray_env()
     import ray
 
@@ -101,16 +122,51 @@ def connect(address: str) -> Any:
 
 
 def names(fed: FederationFile) -> dict[str, str]:
+    """Actor names in namespace ``dl2ray``: a ``ray`` member's is its live agent's (``live.agent_name``)."""
     p = fed.actor_prefix
-    return {"learner": f"{p}-learner", "gateway": f"{p}-gateway", **{
-        f"member:{m.name}": f"{p}-member-{m.name}" for m in fed.members}}
-
-
-def _check_startable(fed: FederationFile) -> None:
+    out = {"learner": f"{p}-learner", "gateway": f"{p}-gateway"}
     for i, m in enumerate(fed.members):
-        if not isinstance(m.backend, SimBackendSpec):
-            raise UserError(f"members.{i}.backend.kind: {m.backend.kind!r} ({m.name}): federation up starts "
-                            "simulated members only; a live ray/k8s cluster joins through its own agent")
+        out[f"member:{m.name}"] = (live_member_config(fed, i)[0].live.agent_name
+                                   if isinstance(m.backend, RayBackendSpec) else f"{p}-member-{m.name}")
+    return out
+
+
+def _answers(address: str, timeout_s: float = 3.0) -> str | None:
+    """None if something accepts TCP connections at ``host:port``, else why not."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+def preflight(fed: FederationFile) -> None:
+    """Before anything starts: every ``ray`` member's Ray head answers, every ``k8s`` member's kubeconfig
+    holds its context. UserError naming the field (exit 2)."""
+    for i, m in enumerate(fed.members):
+        if isinstance(m.backend, RayBackendSpec) and m.backend.address != LEARNER_RAY:
+            why = _answers(m.backend.address)
+            if why is not None:
+                raise UserError(f"members.{i}.backend.address: {m.backend.address} ({m.name}): no Ray head "
+                                f"answers there ({why})")
+        elif isinstance(m.backend, K8sBackendSpec):
+            check_context(fed, i)
+
+
+def check_context(fed: FederationFile, index: int) -> None:
+    """Member ``index``'s kubeconfig exists and holds its ``backend.context``; UserError naming the field."""
+    from clusters.k8s_backend import kube_contexts
+
+    m = fed.members[index]
+    assert isinstance(m.backend, K8sBackendSpec)
+    path = live_member_config(fed, index)[0].kubeconfig_path()
+    if not path.is_file():
+        raise UserError(f"members.{index}.backend.config: kubernetes.kubeconfig: {path}: no such file")
+    contexts = kube_contexts(str(path))
+    if m.backend.context not in contexts:
+        raise UserError(f"members.{index}.backend.context: {m.backend.context!r} ({m.name}): no such context "
+                        f"in kubeconfig {path} (it has {', '.join(contexts) or 'none'})")
 
 
 def ensure_learner(fed: FederationFile) -> tuple[Any, Any | None, str | None]:
@@ -147,10 +203,29 @@ def ensure_learner(fed: FederationFile) -> tuple[Any, Any | None, str | None]:
 
 
 def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
-    """Member ``index``'s agent in the connected Ray (created unless it runs)."""
+    """Member ``index``'s agent in the connected Ray (created unless it runs): a simulated member's
+    :class:`~clusters.federation.MemberAgentImpl`, a ``ray`` member's live agent, a ``k8s`` member's
+    Kubernetes agent actor. Raises UserError naming the member when its agent cannot start."""
+    import ray
+
     from clusters.a3c import _with_hidden_of
     from clusters.federation import NAMESPACE, MemberAgent, member_specs
 
+    m = fed.members[index]
+    if not isinstance(m.backend, SimBackendSpec):
+        from clusters import fed_live
+
+        if isinstance(m.backend, RayBackendSpec):
+            return fed_live.start_ray_member(fed, index, link)
+        agent = fed_live.start_k8s_member(fed, index, link, names(fed)[f"member:{m.name}"])
+        try:
+            ray.get(agent.status.remote(), timeout=180)
+        except ray.exceptions.RayError as exc:
+            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            cause = cause.removeprefix(f"{UserError.__module__}.{UserError.__name__}: ")
+            raise UserError(f"members.{index}.backend ({m.name}): its Kubernetes agent did not start: "
+                            f"{cause}") from None
+        return agent
     init = fed.resolve(fed.learner.init) if fed.learner.init else None
     cfg = _with_hidden_of(member_config(fed, index), init)
     spec = member_specs(fed, fed.learner.seed)[index]
@@ -159,12 +234,24 @@ def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
                                get_if_exists=True).remote(cfg, spec, link)
 
 
-def _remote(fed_path: Path, action: str, member: str, url: str = "") -> None:
-    cmd = [sys.executable, "-m", "clusters.fed_deploy", action, str(fed_path), member, url]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+def _remote(fed_path: Path, action: str, members: list[str], where: str, url: str = "") -> None:
+    """One child process connected to the Ray cluster at ``where`` starts or stops ``members`` there."""
+    cmd = [sys.executable, "-m", "clusters.fed_deploy", action, str(fed_path), ",".join(members), url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180 + 60 * len(members))
     if proc.returncode != 0:
         last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"member {member}: {action} in its Ray cluster failed: {last}")
+        raise UserError(f"members {', '.join(members)}: {action} in the Ray cluster at {where} failed: "
+                        f"{last}")
+
+
+def _by_cluster(fed: FederationFile) -> dict[str, list[str]]:
+    """Members in other Ray clusters, grouped by cluster (``host:port`` → member names, in file order)."""
+    out: dict[str, list[str]] = {}
+    for m in fed.members:
+        where = fed.where(m)
+        if where is not None:
+            out.setdefault(where, []).append(m.name)
+    return out
 
 
 def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
@@ -174,7 +261,7 @@ def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
     from clusters.live_cli import start_head
 
     fed = load_federation(path)
-    _check_startable(fed)
+    preflight(fed)
     state = read_state(fed)
     address = learner_address(fed)
     if address is None:
@@ -187,10 +274,10 @@ def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
     state.update({"address": address, "url": url, "learner": names(fed)["learner"]})
     _write_state(fed, state)
     for i, m in enumerate(fed.members):
-        if m.ray_address is None:
+        if fed.where(m) is None:
             start_local_member(fed, i, ActorLink(names(fed)["learner"]))
-        else:
-            _remote(path, "start-member", m.name, url or "")
+    for where, members in _by_cluster(fed).items():
+        _remote(path, "start-member", members, where, url or "")
     deadline = time.monotonic() + wait_s
     while True:
         st = ray.get(learner.status.remote())
@@ -222,8 +309,12 @@ def status(path: Path) -> dict[str, Any]:
         raise UserError(f"federation {fed.name!r}: no learner in the Ray cluster at {address}") from None
     st = ray.get(learner.status.remote(), timeout=60)
     for m in st["members"]:
+        member = fed.member(m["name"])
         m["jct_over_drf"] = (m["val_jct"] / m["drf_jct"]) if m["val_jct"] and m["drf_jct"] else None
-        m["where"] = fed.member(m["name"]).ray_address or "learner's Ray (actor)"
+        m["where"] = fed.where(member) or "learner's Ray (actor)"
+        m["backend"] = member.backend.kind
+        m["validation"] = ("own simulated validation traces" if member.backend.kind == "sim" else
+                           "none: a live cluster has no simulated validation traces")
     return {"federation": fed.name, "address": address, "url": read_state(fed).get("url"),
             "checkpoint": str(fed.checkpoint), **st}
 
@@ -239,21 +330,20 @@ def down(path: Path) -> dict[str, Any]:
     address = learner_address(fed)
     if address is None:
         raise UserError(f"{path}: federation {fed.name!r} is not running")
+    _ray_env()
+    import ray as ray_module
+
+    owned = not ray_module.is_initialized()  # a caller's own driver (tests) stays connected
     ray = connect(address)
     n = names(fed)
-    for m in fed.members:
-        if m.ray_address is not None:
-            try:
-                _remote(path, "stop-member", m.name)
-            except UserError as exc:  # its cluster is gone: nothing of it is left to stop
-                print(f"warning: {exc}", file=sys.stderr)
-            continue
+    for where, members in _by_cluster(fed).items():
         try:
-            agent = ray.get_actor(n[f"member:{m.name}"], namespace=NAMESPACE)
-        except ValueError:
-            continue
-        ray.get(agent.stop.remote(), timeout=180)
-        ray.kill(agent, no_restart=True)
+            _remote(path, "stop-member", members, where)
+        except UserError as exc:  # its cluster is gone: nothing of it is left to stop
+            print(f"warning: {exc}", file=sys.stderr)
+    for m in fed.members:
+        if fed.where(m) is None:
+            stop_member(fed, m.name)
     updates = None
     try:
         learner = ray.get_actor(n["learner"], namespace=NAMESPACE)
@@ -263,35 +353,56 @@ def down(path: Path) -> dict[str, Any]:
         pass
     with contextlib.suppress(ValueError):
         ray.kill(ray.get_actor(n["gateway"], namespace=NAMESPACE), no_restart=True)
-    ray.shutdown()
+    if owned:
+        ray.shutdown()
     if not fed.learner.ray.address and state.get("head_pid"):
         stop_head(int(state["head_pid"]))
     _write_state(fed, {**state, "head_pid": None, "stopped": time.time()})
     return {"federation": fed.name, "updates": updates, "checkpoint": str(fed.checkpoint)}
 
 
-def _member_main(action: str, path: str, member: str, url: str) -> None:
-    """Child process: start or stop one member in its own Ray cluster (``ray_address``)."""
+def _member_main(action: str, path: str, members: str, url: str) -> None:
+    """Child process: start or stop members (comma-separated names) in their own Ray cluster, one driver."""
     _ray_env()
     from clusters.fed_http import HttpLink
-    from clusters.federation import NAMESPACE
 
     fed = load_federation(path)
-    index = next(i for i, m in enumerate(fed.members) if m.name == member)
-    m = fed.members[index]
-    assert m.ray_address is not None
-    ray = connect(m.ray_address)
-    if action == "start-member":
-        agent = start_local_member(fed, index, HttpLink(url, read_token(fed)))
-        ray.get(agent.status.remote())
-    else:
-        try:
-            agent = ray.get_actor(names(fed)[f"member:{member}"], namespace=NAMESPACE)
-        except ValueError:
+    wanted = members.split(",")
+    where = {fed.where(fed.member(name)) for name in wanted}
+    assert len(where) == 1 and None not in where, where
+    ray = connect(where.pop())  # type: ignore[arg-type]
+    for index, m in enumerate(fed.members):
+        if m.name not in wanted:
+            continue
+        if action == "start-member":
+            agent = start_local_member(fed, index, HttpLink(url, read_token(fed)))
+            ray.get(agent.status.remote())
+        else:
+            stop_member(fed, m.name)
+
+
+def stop_member(fed: FederationFile, member: str) -> None:
+    """Stop and end a member's agent in the connected Ray cluster (none running: nothing to do). A ``ray``
+    member's live agent is left alone when it is not this federation's (the cluster's own agent)."""
+    import ray
+
+    from clusters.federation import NAMESPACE
+
+    try:
+        agent = ray.get_actor(names(fed)[f"member:{member}"], namespace=NAMESPACE)
+    except ValueError:
+        return
+    if isinstance(fed.member(member).backend, RayBackendSpec):
+        st: Any = ray.get(agent.status.remote(), timeout=60)
+        if (st.get("federation") or {}).get("federation") != fed.name:
             return
-        ray.get(agent.stop.remote(), timeout=180)
-        ray.kill(agent, no_restart=True)
+    ray.get(agent.stop.remote(), timeout=180)
+    ray.kill(agent, no_restart=True)
 
 
 if __name__ == "__main__":
-    _member_main(*sys.argv[1:5])
+    try:
+        _member_main(*sys.argv[1:5])
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -451,8 +451,8 @@ def member_specs(fed, learning_seed: int) -> list[MemberSpec]:
     for i, m in enumerate(fed.members):
         specs.append(MemberSpec(
             m.name, i, m.mode, seedsets.training(m.traces, offset), seedsets.validation(m.val_traces),
-            m.val_every, m.pull_interval_s, learning_seed, lrn.steps_per_update, lrn.critic,
-            lrn.exploration, lrn.pull_every, lrn.threads))
+            m.val_every, m.pull_interval_s, learning_seed, m.steps_per_update or lrn.steps_per_update,
+            lrn.critic, lrn.exploration, lrn.pull_every, lrn.threads))
         offset += m.traces
     return specs
 

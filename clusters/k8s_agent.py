@@ -23,7 +23,7 @@ from typing import Any
 
 from clusters.guard import DecisionLog, GuardedScheduler
 from clusters.k8s_config import K8sConfig
-from dl2ray.schedulers.base import make_scheduler
+from dl2ray.schedulers.base import Scheduler, make_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,17 @@ log = logging.getLogger(__name__)
 class K8sAgent:
     """The control loop over a :class:`~clusters.k8s_backend.KubernetesBackend` (module docstring)."""
 
-    def __init__(self, cfg: K8sConfig, backend: Any, scheduler: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: K8sConfig,
+        backend: Any,
+        scheduler: str | None = None,
+        policy: Scheduler | None = None,
+        shadow: bool = False,
+    ) -> None:
+        """``scheduler``: a make_scheduler spec (default: the config's); ``policy``: a scheduler object
+        instead (a federation member's; ``scheduler`` then only names it); ``shadow``: decide with it,
+        apply the fallback."""
         k = cfg.kubernetes
         exp = cfg.experiment()
         self.cfg, self.backend = cfg, backend
@@ -41,10 +51,10 @@ class K8sAgent:
         self.decisions = DecisionLog(log_dir / "decisions.parquet")
         self.slots_log = DecisionLog(log_dir / "slots.parquet")
         self.scheduler = GuardedScheduler(
-            make_scheduler(self.spec, exp),
+            policy if policy is not None else make_scheduler(self.spec, exp),
             make_scheduler(k.guardrail.fallback, exp),
             k.guardrail.time_budget_s,
-            False,
+            shadow,
             self.decisions,
         )
         self.errors: Counter[str] = Counter()

@@ -106,6 +106,15 @@ def _retryable(exc: Exception) -> tuple[bool, float | None]:
     return isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError), None
 
 
+def kube_contexts(kubeconfig: str) -> list[str]:
+    """The context names of a kubeconfig file; UserError naming the file when it cannot be read."""
+    try:
+        contexts, _ = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
+        raise UserError(f"kubeconfig {kubeconfig}: {exc}") from None
+    return [c["name"] for c in contexts or []]
+
+
 class KubeApi:
     """Every API call of the backend, each with retries; reads return plain dicts (JSON), not models.
 

@@ -16,6 +16,10 @@ observations live in the job host actors (:mod:`clusters.live_job`), which
 the backend lists again at the next snapshot. ``adopted`` counts the running
 jobs found at start-up. Control calls (``submit``, ``cancel``) are answered
 concurrently with the loop.
+
+As a federation's ``ray`` member (``member``: a :class:`clusters.fed_live.LiveMember`)
+the agent's scheduler is the federation's policy (:class:`clusters.fed_live.FederatedLivePolicy`:
+learning, shadow or serve-only) behind the same guardrail.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class LiveAgentImpl:
     """The agent (module docstring). ``config_json``: a :class:`LiveConfig`; ``scheduler``: its spec."""
 
     def __init__(self, config_json: str, epoch: float, scheduler: str, shadow: bool = False,
-                 learn: bool = False, run_loop: bool = True) -> None:
+                 learn: bool = False, run_loop: bool = True, member: Any = None) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         self.cfg = LiveConfig.model_validate_json(config_json)
         live = self.cfg.live
@@ -65,12 +69,20 @@ class LiveAgentImpl:
         self.decisions = DecisionLog(log_dir / "decisions.parquet")
         self.slots_log = DecisionLog(log_dir / "slots.parquet")
         self.learner = None
-        policy = make_scheduler(scheduler, self.exp)
-        if learn:
+        self.member = member
+        if member is not None:  # a federation member: the federation's policy, its mode
+            from clusters.fed_live import FederatedLivePolicy
+
+            self.learner = FederatedLivePolicy(member.cfg, member.spec, member.link, self.restarted)
+            policy = self.learner
+            self.shadow = shadow = member.spec.mode == "shadow"
+        elif learn:
             from clusters.live_learn import LiveLearner
 
-            self.learner = LiveLearner(self.exp, live.learn, scheduler, self.restarted)
+            self.learner = LiveLearner.from_scheduler(self.exp, live.learn, scheduler, self.restarted)
             policy = self.learner
+        else:
+            policy = make_scheduler(scheduler, self.exp)
         self.scheduler = GuardedScheduler(policy, make_scheduler(live.guardrail.fallback, self.exp),
                                           live.guardrail.time_budget_s, shadow, self.decisions)
         self.errors: Counter[str] = Counter()
@@ -160,6 +172,8 @@ class LiveAgentImpl:
             "jobs": dict(states), "guardrail_fallbacks": dict(sched.fallbacks), "errors": dict(self.errors),
             "policy_version": self.learner.version if self.learner is not None else None,
             "learn": self.learner.stats() if self.learner is not None else None,
+            "federation": None if self.member is None else {"federation": self.member.federation,
+                                                            "member": self.member.spec.name},
             "log_dir": str(self.cfg.resolve(self.cfg.live.log_dir)),
         }
 
@@ -182,14 +196,23 @@ LiveAgent = ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=8)(LiveAgent
 
 
 def start_agent(cfg: LiveConfig, scheduler: str | None = None, shadow: bool | None = None,
-                learn: bool | None = None, epoch: float | None = None) -> Any:
-    """Start the named, detached agent (or return the running one). Needs a connected Ray driver."""
+                learn: bool | None = None, epoch: float | None = None, member: Any = None) -> Any:
+    """Start the named, detached agent (or return the running one). Needs a connected Ray driver.
+
+    ``member``: a federation member's agent (:class:`clusters.fed_live.LiveMember`): the federation's
+    policy in the member's mode; ``scheduler``, ``shadow`` and ``learn`` do not apply."""
     live = cfg.live
     try:
         return ray.get_actor(live.agent_name, namespace=NAMESPACE)
     except ValueError:
         pass
     Path(cfg.resolve(live.log_dir)).mkdir(parents=True, exist_ok=True)
+    if member is not None:
+        agent = LiveAgent.options(name=live.agent_name, namespace=NAMESPACE, lifetime="detached").remote(
+            cfg.model_dump_json(), time.time() if epoch is None else epoch,
+            f"federation:{member.federation}/{member.spec.name}", False, False, True, member)
+        ray.get(agent.pid.remote())
+        return agent
     spec = cfg.scheduler_spec(scheduler)
     if live.learn.enabled if learn is None else learn:
         from clusters.live_learn import ensure_global_policy

@@ -17,13 +17,19 @@ call; ``version`` is the global update count of the weights in use.
 A slot whose allocation the guardrail replaced is dropped from the experience
 (the recorded actions were not applied). Sampling draws from
 ``default_rng([seed, 1, incarnation])``.
+
+Where the gradients go is the learner's *sink*: :class:`GlobalPolicySink` (the
+A3C GlobalPolicy actor by name, ``cluster up --learn``) or a federation
+member's link (:class:`clusters.fed_live.MemberSink`). With ``learning=False``
+the learner decides greedily and keeps no experience (a federation member in
+``shadow`` or ``serve-only`` mode).
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import ray
@@ -70,32 +76,73 @@ def ensure_global_policy(cfg: LiveConfig, scheduler: str) -> Any:
     return gp
 
 
+class GlobalPolicySink:
+    """A :class:`LiveLearner`'s way to the named A3C GlobalPolicy actor of its own Ray cluster."""
+
+    def __init__(self, name: str) -> None:
+        self.gp = ray.get_actor(name, namespace=NAMESPACE)
+
+    def fetch(self) -> tuple[int, np.ndarray]:
+        """``(updates, flat weights)`` of the global policy now."""
+        out: Any = ray.get(self.gp.get_weights.remote())
+        return out
+
+    def push(self, flat_grad: np.ndarray, row: UpdateRow, version: int) -> tuple[int, np.ndarray | None]:
+        """Apply one gradient computed on the weights of update ``version``; ``(updates, new weights)``."""
+        out: Any = ray.get(self.gp.push.remote(flat_grad, row, AGENT_ID, None, True))
+        return out
+
+
+class Sink(Protocol):
+    def fetch(self) -> tuple[int, np.ndarray]: ...
+    def push(self, flat_grad: np.ndarray, row: UpdateRow, version: int) -> tuple[int, np.ndarray | None]: ...
+
+
 class LiveLearner:
-    """The learning scheduler (module docstring)."""
+    """The learning scheduler (module docstring).
+
+    ``policy``/``value``: the networks (their weights are replaced by the sink's on the first decision);
+    ``steps_per_update``: decision steps per gradient; ``rng``: action sampling; ``learning=False``:
+    greedy decisions, no experience, no pushes.
+    """
 
     name = "dl2-learn"
 
-    def __init__(self, cfg: ExperimentConfig, learn: Learn, scheduler: str, incarnation: int = 0) -> None:
-        ckpt = load_checkpoint(_policy_path(scheduler), expect=Encoding.from_config(cfg),
-                               catalogue=cfg.catalogue.names)
-        self.cfg, self.learn = cfg, learn
-        self.enc = ckpt.meta.encoding
-        self.policy, self.value = ckpt.policy, ckpt.value
-        self.gp = ray.get_actor(learn.global_policy, namespace=NAMESPACE)
-        self.rng = np.random.default_rng([learn.seed, 1, incarnation])
+    def __init__(self, cfg: ExperimentConfig, enc: Encoding, policy: Any, value: Any, sink: Sink,
+                 steps_per_update: int, rng: np.random.Generator, learning: bool = True) -> None:
+        self.cfg, self.enc, self.sink = cfg, enc, sink
+        self.policy, self.value = policy, value
+        self.steps_per_update, self.rng, self.learning = steps_per_update, rng, learning
+        self.numpy: NumpyPolicy | None = None
         self.version = -1
-        self._take(*ray.get(self.gp.get_weights.remote()))
         self.records: list[SlotRecord] = []
         self.pushed = 0
         self.slots = 0
         self._prev: tuple[ClusterView, Any] | None = None
 
-    def _take(self, updates: int, weights: np.ndarray) -> None:
+    @classmethod
+    def from_scheduler(cls, cfg: ExperimentConfig, learn: Learn, scheduler: str,
+                       incarnation: int = 0) -> LiveLearner:
+        """``cluster up --learn``: the ``dl2:PATH`` checkpoint's networks, the GlobalPolicy's weights."""
+        ckpt = load_checkpoint(_policy_path(scheduler), expect=Encoding.from_config(cfg),
+                               catalogue=cfg.catalogue.names)
+        learner = cls(cfg, ckpt.meta.encoding, ckpt.policy, ckpt.value, GlobalPolicySink(learn.global_policy),
+                      learn.steps_per_update, np.random.default_rng([learn.seed, 1, incarnation]))
+        learner.take(*learner.sink.fetch())
+        return learner
+
+    def take(self, updates: int, weights: np.ndarray) -> None:
+        """Decide from now on with ``weights`` (the flat vector of global update ``updates``)."""
         _load_vector(self.policy, self.value, weights)
         self.numpy = NumpyPolicy.from_torch(self.policy)
         self.version = updates
 
     def decide(self, view: ClusterView) -> Allocation:
+        if self.numpy is None:
+            self.take(*self.sink.fetch())
+        assert self.numpy is not None
+        if not self.learning:
+            return run_decision(view, self.enc, PolicyChooser(self.numpy, greedy=True)).allocation
         if self._prev is not None:
             self._close(view)
         decision = run_decision(view, self.enc, PolicyChooser(self.numpy, greedy=False, rng=self.rng),
@@ -118,7 +165,7 @@ class LiveLearner:
         nxt = encode_window(view, self.enc)[0]
         self.records.append(SlotRecord(decision.steps, reward, nxt, False, -1, prev.slot))
         self.slots += 1
-        if sum(len(r.steps) for r in self.records) >= self.learn.steps_per_update:
+        if sum(len(r.steps) for r in self.records) >= self.steps_per_update:
             self._push()
 
     def _push(self) -> None:
@@ -128,11 +175,11 @@ class LiveLearner:
         row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
                         float(np.mean([r.reward for r in self.records])), st.mean_value, len(batch),
                         len(self.records), 0)
-        updates, weights = ray.get(self.gp.push.remote(flatten(grads), row, AGENT_ID, None, True))
+        updates, weights = self.sink.push(flatten(grads), row, self.version)
         self.records = []
         self.pushed += 1
         if weights is not None:
-            self._take(updates, weights)
+            self.take(updates, weights)
 
     def stats(self) -> dict[str, Any]:
         return {"version": self.version, "pushed": self.pushed, "slots": self.slots,

@@ -156,13 +156,15 @@ def test_bench_refuses_a_member_count_below_one(capsys):
 def test_status_table_and_json(tmp_path, tiny_yaml, capsys, monkeypatch):
     import clusters.fed_deploy
 
-    member = {"name": "a", "mode": "learn", "updates": 7, "dropped": 1, "rewound": 0, "joins": 2,
-              "last_contact_s": 0.4, "staleness": 1, "staleness_bound": 8, "bytes_last": 0,
+    member = {"name": "a", "mode": "learn", "backend": "sim", "updates": 7, "dropped": 1, "rewound": 0,
+              "joins": 2, "last_contact_s": 0.4, "staleness": 1, "staleness_bound": 8, "bytes_last": 0,
               "val_jct": 12.0, "drf_jct": 10.0, "jct_over_drf": 1.2, "where": "learner's Ray (actor)"}
     never = {**member, "name": "b", "updates": 0, "dropped": 0, "joins": 0, "last_contact_s": None,
              "bytes_last": 1659755, "val_jct": None, "drf_jct": None, "jct_over_drf": None}
+    live = {**never, "name": "c", "backend": "ray", "mode": "shadow", "joins": 1, "last_contact_s": 1.5,
+            "bytes_last": 0}
     doc = {"federation": "t", "address": "127.0.0.1:1", "url": None, "checkpoint": "x/global.pt",
-           "updates": 7, "boot": 1, "resumed": False, "uptime_s": 3.0, "members": [member, never]}
+           "updates": 7, "boot": 1, "resumed": False, "uptime_s": 3.0, "members": [member, never, live]}
     monkeypatch.setattr(clusters.fed_deploy, "status", lambda path: doc)
     path = _fed_file(tmp_path, tiny_yaml)
     code, out, err = run_cli(capsys, "federation", "status", str(path), "--json")
@@ -172,8 +174,13 @@ def test_status_table_and_json(tmp_path, tiny_yaml, capsys, monkeypatch):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("federation t: 7 updates, learner boot 1")
-    assert lines[2].split() == ["a", "learn", "7", "1", "0", "2", "0.4", "1", "-", "12.00", "10.00", "1.200"]
-    assert lines[3].split() == ["b", "learn", "0", "0", "0", "0", "-", "1", "1659755", "-", "-", "-"]
+    assert lines[2].split() == ["a", "learn", "sim", "7", "1", "0", "2", "0.4", "1", "-", "12.00", "10.00",
+                                "1.200"]
+    assert lines[3].split() == ["b", "learn", "sim", "0", "0", "0", "0", "-", "1", "1659755", "-", "-", "-"]
+    # a live member has no simulated validation traces: said so, not left blank
+    assert lines[4].split() == ["c", "shadow", "ray", "0", "0", "0", "1", "1.5", "1", "-",
+                                "n/a", "n/a", "n/a"]
+    assert lines[5].startswith("n/a: live members (ray, k8s) have no simulated validation traces")
 
 
 # -- the learner's protocol (plain class) -----------------------------------------------------------------
@@ -368,6 +375,13 @@ def test_up_status_down_with_a_member_in_another_ray(tmp_path, tiny_yaml):
         path = _fed_file(tmp_path, tiny_yaml, ray={"num_cpus": 1})
         doc = yaml.safe_load(path.read_text())
         doc["members"][1]["ray_address"] = second["address"]
+        # a live Ray cluster's agent as a member (the second head as its cluster): it joins over HTTP too
+        live = {"live": {"experiment": str(Path(__file__).resolve().parents[2] / "configs" / "testbed.yaml"),
+                         "slot_seconds": 2.0, "agent_name": "fed-http-agent",
+                         "log_dir": str(tmp_path / "live"), "guardrail": {"time_budget_s": 60.0}}}
+        (tmp_path / "live.yaml").write_text(yaml.safe_dump(live))
+        doc["members"].append({"name": "live", "mode": "serve-only", "pull_interval_s": 1.0, "backend": {
+            "kind": "ray", "address": second["address"], "config": str(tmp_path / "live.yaml")}})
         path.write_text(yaml.safe_dump(doc))
         up = _dl2ray("federation", "up", str(path), "--json")
         assert up.returncode == 0, up.stderr[-2000:]
@@ -388,12 +402,14 @@ def test_up_status_down_with_a_member_in_another_ray(tmp_path, tiny_yaml):
             doc = json.loads(st.stdout)
             m = {x["name"]: x for x in doc["members"]}
             assert m["b"]["where"] == second["address"] and m["a"]["bytes_last"] == 0  # a: actor calls
+            assert m["live"]["where"] == second["address"] and m["live"]["backend"] == "ray"
+            assert m["live"]["joins"] >= 1 and m["live"]["pulls"] >= 1 and m["live"]["updates"] == 0
             # a gradient and weights of the tiny nets travel per update: at least both vectors' floats
             size = 4 * 2 * _param_count(load_federation(path))
             assert size <= m["b"]["bytes_last"] < size + 4096
         finally:
             down = _dl2ray("federation", "down", str(path))
-        assert down.returncode == 0, down.stderr[-2000:]
+        assert down.returncode == 0 and "warning" not in down.stderr, down.stderr[-2000:]
         assert (tmp_path / "out" / "global.pt").exists() and (tmp_path / "out" / "global.json").exists()
         assert list((tmp_path / "out" / "tb").iterdir())
         again = _dl2ray("federation", "status", str(path))
