@@ -196,11 +196,11 @@ def _paper_decider(cfg, policy: Path | None, seed: int, compiled: bool):
 def _shape_decider(cfg, policy: Path | None, seed: int):
     """``decide(view, rng) -> (allocation, jobs decided)`` of the shape policy."""
     from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
-    from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy, load_policy_net
+    from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy, load_shape_policy
 
     enc = ShapeEncoding.from_config(cfg)
     s = cfg.policy.shape
-    net = build_shape_policy(enc, s.embed, s.head, seed) if policy is None else load_policy_net(policy, cfg)
+    net = build_shape_policy(enc, s.embed, s.head, seed) if policy is None else load_shape_policy(policy, cfg)
     numpy_policy = NumpyShapePolicy(net)
 
     def decide(view, rng):

@@ -214,8 +214,8 @@ class ShapeConfig(_Frozen):
     embed: tuple[int, ...] = Field(default=(64, 64), min_length=1, description="per-job embedding widths")
     head: int = Field(default=64, ge=1, description="hidden width of the per-job head")
     envs: int = Field(default=8, ge=1, description="training episodes run side by side")
-    slots_per_update: int = Field(default=16, ge=1, description="training slots per update")
-    jobs_per_slot: int = Field(default=4, ge=1, description="jobs whose choice is re-tried per slot")
+    slots_per_update: int = Field(default=32, ge=1, description="training slots per update")
+    jobs_per_slot: int = Field(default=8, ge=1, description="jobs whose choice is re-tried per slot")
     samples: int = Field(default=3, ge=0, description="rows tried per job drawn from the policy (no repeats)")
     uniform: int = Field(default=2, ge=0, description="rows tried per job drawn uniformly from its mask")
     temperature: float = Field(default=2.0, gt=0,
@@ -227,7 +227,7 @@ class ShapeConfig(_Frozen):
     epochs: int = Field(default=4, ge=1, description="Adam steps on each update's tries")
     kl: float = Field(default=0.1, gt=0, description="KL limit (nats) of each update's target")
     trust: float | None = Field(
-        default=None, gt=0, description="stop an update's Adam steps once the mean KL(old ‖ new) over every "
+        default=0.02, gt=0, description="stop an update's Adam steps once the mean KL(old ‖ new) over every "
         "job of its slots exceeds this (nats); None: all epochs")
     entropy_weight: float = Field(default=0.0, ge=0, description="entropy bonus weight")
 

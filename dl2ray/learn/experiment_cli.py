@@ -84,8 +84,8 @@ def _checkpoint(option: str, path: Path, cfg: ExperimentConfig) -> dict:
     """
     import torch
 
-    from dl2ray.policy.network import CheckpointError
-    from dl2ray.policy.shape_net import load_policy_net, read_checkpoint_doc
+    from dl2ray.policy.network import CheckpointError, read_checkpoint_doc
+    from dl2ray.policy.shape_net import load_policy_net
 
     torch.set_num_threads(1)
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
 from dl2ray.learn import seeds as seedsets
-from dl2ray.policy.network import load_checkpoint, save_checkpoint
+from dl2ray.policy.network import load_checkpoint, read_checkpoint_doc, save_checkpoint
 
 HEURISTICS = ("fifo", "srtf", "drf", "drf-static", "tetris", "optimus", "planner")
 
@@ -105,18 +105,13 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
 
 def _slim_copy(cfg: ExperimentConfig, best: Path, pt: Path, run: Path) -> None:
     """``best``'s networks (no optimiser state) at ``pt``, with the provenance in its ``extra``."""
-    from dl2ray.policy.shape_net import (
-        checkpoint_arch,
-        load_policy_net,
-        read_checkpoint_doc,
-        save_shape_checkpoint,
-    )
+    from dl2ray.policy.shape_net import checkpoint_arch, load_shape_policy, save_shape_checkpoint
 
     ex = read_checkpoint_doc(best).get("extra", {})
     provenance = {"kind": "shipped", "config": cfg.name, "run": str(run),
                   "update": ex.get("updates"), "seed": ex.get("seed")}
     if checkpoint_arch(best) == "shape":
-        save_shape_checkpoint(pt, load_policy_net(best, cfg), cfg.catalogue.names, extra=provenance)
+        save_shape_checkpoint(pt, load_shape_policy(best, cfg), cfg.catalogue.names, extra=provenance)
         return
     ckpt = load_checkpoint(best, catalogue=cfg.catalogue.names)
     save_checkpoint(pt, ckpt.policy, ckpt.value, cfg.catalogue.names, extra=provenance)

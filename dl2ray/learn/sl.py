@@ -85,7 +85,8 @@ def record(
     from dl2ray.schedulers.base import make_scheduler
 
     enc = Encoding.from_config(cfg)
-    states, masks, actions, returns, short = [], [], [], [], 0
+    states, masks, actions, short = [], [], [], 0
+    returns: list[float] = []
     for sim, seed in _simulators(cfg, trace_seeds, traces):
         sched = make_scheduler(teacher, cfg)
         view = sim.reset(seed)
@@ -260,24 +261,18 @@ class SLRun:
 def run_sl(
     cfg: ExperimentConfig, run: SLRun, out: Path | None = None, logdir: Path | None = None,
     progress: Callable[[str, int], None] | None = None,
-) -> tuple[PolicyNet, ValueNet | None, SLResult]:
+) -> tuple[torch.nn.Module, ValueNet | None, SLResult]:
     """Record, train, report; with ``out``, save the checkpoint and ``out.json`` beside it.
 
     ``progress(stage, advance)`` is called once per recorded trace and per epoch. For
-    ``run.arch == "shape"`` the policy is a :class:`~dl2ray.policy.shape_net.ShapePolicyNet`
-    (:mod:`dl2ray.learn.shape_sl`) and there is no value network.
+    ``run.arch == "shape"`` the labels are per-job menu rows (:mod:`dl2ray.learn.shape_sl`), the policy
+    is a :class:`~dl2ray.policy.shape_net.ShapePolicyNet` and there is no value network.
     """
-    if run.arch == "shape":
-        return _run_shape_sl(cfg, run, out, logdir, progress)
     started = time.perf_counter()
-    enc = Encoding.from_config(cfg)
     tick = progress or (lambda stage, n: None)
-    train_traces, val_traces = _files(cfg, run.train_files), _files(cfg, run.val_files)
-    train_seeds = seedsets.training(len(train_traces) if train_traces else run.traces)
-    val_seeds = seedsets.validation(len(val_traces) if val_traces else run.val_traces)
-    data = record(cfg, run.teacher, train_seeds, run.max_slots, lambda: tick("record", 1), train_traces)
-    val = record(cfg, run.teacher, val_seeds, run.max_slots, lambda: tick("record", 1), val_traces)
-    policy, value = build_networks(enc, cfg.policy.hidden, run.seed)
+    traces = _files(cfg, run.train_files), _files(cfg, run.val_files)
+    seeds = (seedsets.training(len(traces[0]) if traces[0] else run.traces),
+             seedsets.validation(len(traces[1]) if traces[1] else run.val_traces))
     writer = _writer(logdir)
 
     def on_epoch(row: EpochStats) -> None:
@@ -286,63 +281,67 @@ def run_sl(
             for k in ("loss", "accuracy", "val_loss", "val_accuracy"):
                 writer.add_scalar(f"sl/{k}", getattr(row, k), row.epoch)
 
-    history = train(policy, data, val, cfg.policy.sl_lr, run.epochs, cfg.policy.sl_batch_size,
-                    run.seed, on_epoch, cfg.policy.sl_label_smoothing, value)
-    jct = compare_jct(cfg, policy, run.teacher, val_seeds, val_traces)
+    fit = _fit_shape if run.arch == "shape" else _fit_paper
+    fitted = fit(cfg, run, seeds, traces, lambda: tick("record", 1), on_epoch)
+    jct = compare_jct(cfg, fitted.policy, run.teacher, seeds[1], traces[1])
     tick("evaluate", 1)
     if writer is not None:
         writer.add_scalar("sl/val_policy_avg_jct", jct["policy_avg_jct"], run.epochs)
         writer.add_scalar("sl/val_teacher_avg_jct", jct["teacher_avg_jct"], run.epochs)
         writer.close()
-    result = SLResult(cfg.name, run.teacher, run.seed, train_seeds, val_seeds, len(data), len(val),
-                      data.short, history, jct, time.perf_counter() - started)
+    result = SLResult(cfg.name, run.teacher, run.seed, seeds[0], seeds[1], fitted.samples, fitted.val_samples,
+                      fitted.short, fitted.history, jct, time.perf_counter() - started)
     if out is not None:
-        save_checkpoint(out, policy, value, cfg.catalogue.names,
-                        extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
+        fitted.save(out, {"kind": "sl", "teacher": run.teacher, "seed": run.seed})
         write_run_json(out.with_suffix(".json"), cfg, run, result)
-    return policy, value, result
+    return fitted.policy, fitted.value, result
 
 
-def _run_shape_sl(cfg: ExperimentConfig, run: SLRun, out: Path | None, logdir: Path | None,
-                  progress: Callable[[str, int], None] | None):
-    """:func:`run_sl` for the shape policy: same stages, records and report."""
-    from dl2ray.learn import shape_sl
+@dataclass
+class _Fitted:
+    """One architecture's trained networks, what they were trained on, and how to save them."""
+
+    policy: torch.nn.Module
+    value: ValueNet | None
+    history: list[EpochStats]
+    samples: int  # labelled decisions: steps (paper) or job decisions (shape)
+    val_samples: int
+    short: int
+    save: Callable[[Path, dict], None]
+
+
+Seeds = tuple[list[int], list[int]]
+Traces = tuple[list[Trace] | None, list[Trace] | None]
+
+
+def _fit_paper(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, on_trace: Callable[[], None],
+               on_epoch: Callable[[EpochStats], None]) -> _Fitted:
+    """The paper's architecture: incremental steps (:func:`record`), cross-entropy and a value fit."""
+    p = cfg.policy
+    data = record(cfg, run.teacher, seeds[0], run.max_slots, on_trace, traces[0])
+    val = record(cfg, run.teacher, seeds[1], run.max_slots, on_trace, traces[1])
+    policy, value = build_networks(Encoding.from_config(cfg), p.hidden, run.seed)
+    history = train(policy, data, val, p.sl_lr, run.epochs, p.sl_batch_size, run.seed, on_epoch,
+                    p.sl_label_smoothing, value)
+    return _Fitted(policy, value, history, len(data), len(val), data.short,
+                   lambda out, extra: save_checkpoint(out, policy, value, cfg.catalogue.names, extra=extra))
+
+
+def _fit_shape(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, on_trace: Callable[[], None],
+               on_epoch: Callable[[EpochStats], None]) -> _Fitted:
+    """The shape architecture: per-job menu rows (:mod:`dl2ray.learn.shape_sl`), no value network."""
+    from dl2ray.learn import shape_sl  # it imports this module
     from dl2ray.policy.shape import ShapeEncoding
     from dl2ray.policy.shape_net import build_shape_policy, save_shape_checkpoint
 
-    started = time.perf_counter()
-    tick = progress or (lambda stage, n: None)
-    train_traces, val_traces = _files(cfg, run.train_files), _files(cfg, run.val_files)
-    train_seeds = seedsets.training(len(train_traces) if train_traces else run.traces)
-    val_seeds = seedsets.validation(len(val_traces) if val_traces else run.val_traces)
-    data = shape_sl.record(cfg, run.teacher, train_seeds, run.max_slots, lambda: tick("record", 1),
-                           train_traces)
-    val = shape_sl.record(cfg, run.teacher, val_seeds, run.max_slots, lambda: tick("record", 1), val_traces)
-    s = cfg.policy.shape
-    policy = build_shape_policy(ShapeEncoding.from_config(cfg), s.embed, s.head, run.seed)
-    writer = _writer(logdir)
-
-    def on_epoch(row: EpochStats) -> None:
-        tick("train", 1)
-        if writer is not None:
-            for k in ("loss", "accuracy", "val_loss", "val_accuracy"):
-                writer.add_scalar(f"sl/{k}", getattr(row, k), row.epoch)
-
-    history = shape_sl.train(policy, data, val, cfg.policy.sl_lr, run.epochs, cfg.policy.sl_batch_size,
-                             run.seed, cfg.policy.sl_label_smoothing, on_epoch)
-    jct = compare_jct(cfg, policy, run.teacher, val_seeds, val_traces)
-    tick("evaluate", 1)
-    if writer is not None:
-        writer.add_scalar("sl/val_policy_avg_jct", jct["policy_avg_jct"], run.epochs)
-        writer.close()
-    jobs = sum(len(x.actions) for x in data)
-    result = SLResult(cfg.name, run.teacher, run.seed, train_seeds, val_seeds, jobs,
-                      sum(len(x.actions) for x in val), 0, history, jct, time.perf_counter() - started)
-    if out is not None:
-        save_shape_checkpoint(out, policy, cfg.catalogue.names,
-                              extra={"kind": "sl", "teacher": run.teacher, "seed": run.seed})
-        write_run_json(out.with_suffix(".json"), cfg, run, result)
-    return policy, None, result
+    p = cfg.policy
+    data = shape_sl.record(cfg, run.teacher, seeds[0], run.max_slots, on_trace, traces[0])
+    val = shape_sl.record(cfg, run.teacher, seeds[1], run.max_slots, on_trace, traces[1])
+    policy = build_shape_policy(ShapeEncoding.from_config(cfg), p.shape.embed, p.shape.head, run.seed)
+    history = shape_sl.train(policy, data, val, p.sl_lr, run.epochs, p.sl_batch_size, run.seed,
+                             p.sl_label_smoothing, on_epoch)
+    return _Fitted(policy, None, history, sum(len(x.actions) for x in data), sum(len(x.actions) for x in val),
+                   0, lambda out, extra: save_shape_checkpoint(out, policy, cfg.catalogue.names, extra=extra))
 
 
 def _files(cfg: ExperimentConfig, paths: Sequence[str]) -> list[Trace] | None:

@@ -126,6 +126,20 @@ def save_checkpoint(
     torch.save(doc, path)
 
 
+def read_checkpoint_doc(path: str | Path) -> dict:
+    """The raw checkpoint dict (either architecture); a clear error for anything torch cannot read."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such policy checkpoint")
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch's own message is a page on weights_only, not about this file
+        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (torch.load cannot read it)") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (not a dict)")
+    return doc
+
+
 def load_checkpoint(path: str | Path, expect: Encoding | None = None,
                     catalogue: Sequence[str] | None = None) -> Checkpoint:
     """Rebuild the networks; refuse a checkpoint whose dimensions differ from ``expect``.
@@ -134,13 +148,8 @@ def load_checkpoint(path: str | Path, expect: Encoding | None = None,
     the one-hot columns mean nothing under another catalogue.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such policy checkpoint")
-    try:
-        doc = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # torch's own message is a page on weights_only, not about this file
-        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (torch.load cannot read it)") from None
-    if isinstance(doc, dict) and doc.get("arch", "paper") != "paper":
+    doc = read_checkpoint_doc(path)
+    if doc.get("arch", "paper") != "paper":
         raise CheckpointError(f"{path}: a {doc['arch']!r}-architecture checkpoint; this needs the paper's "
                               "(policy.arch: paper)")
     try:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dl2ray.policy.network import CheckpointError
+from dl2ray.policy.network import CheckpointError, read_checkpoint_doc
 from dl2ray.policy.shape import ShapeEncoding
 
 ARCH = "shape"
@@ -113,20 +113,6 @@ def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequ
     torch.save(doc, path)
 
 
-def read_checkpoint_doc(path: str | Path) -> dict:
-    """The raw checkpoint dict (either architecture); a clear error for anything torch cannot read."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such policy checkpoint")
-    try:
-        doc = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # torch's own message is a page on weights_only, not about this file
-        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (torch.load cannot read it)") from None
-    if not isinstance(doc, dict):
-        raise CheckpointError(f"{path}: not a dl2ray policy checkpoint (not a dict)")
-    return doc
-
-
 def checkpoint_arch(path: str | Path) -> str:
     """``"shape"`` or ``"paper"`` (a checkpoint without ``arch``)."""
     return str(read_checkpoint_doc(path).get("arch", "paper"))
@@ -169,14 +155,19 @@ def numpy_policy(net):
     return NumpyPolicy.from_torch(net)
 
 
+def load_shape_policy(path: str | Path, cfg) -> ShapePolicyNet:
+    """The shape network of a checkpoint, checked against ``cfg``'s menu and job-type catalogue."""
+    trained_on, names = checkpoint_catalogue(path), tuple(cfg.catalogue.names)
+    if trained_on != names:
+        raise CheckpointError(f"{path}: checkpoint was trained on job types {list(trained_on)}, "
+                              f"the config has {list(names)}")
+    return load_shape_checkpoint(path, expect=ShapeEncoding.from_config(cfg)).policy
+
+
 def load_policy_net(path: str | Path, cfg) -> nn.Module:
     """The torch policy network of a checkpoint of either architecture, checked against ``cfg``."""
     if checkpoint_arch(path) == ARCH:
-        trained_on, names = checkpoint_catalogue(path), tuple(cfg.catalogue.names)
-        if trained_on != names:
-            raise CheckpointError(f"{path}: checkpoint was trained on job types {list(trained_on)}, "
-                                  f"the config has {list(names)}")
-        return load_shape_checkpoint(path, expect=ShapeEncoding.from_config(cfg)).policy
+        return load_shape_policy(path, cfg)
     from dl2ray.policy.encoding import Encoding
     from dl2ray.policy.network import load_checkpoint
 

@@ -38,9 +38,9 @@ class DL2Scheduler:
         from dl2ray.policy.shape_net import checkpoint_arch
 
         if checkpoint_arch(policy_path) == "shape":
-            from dl2ray.policy.shape_net import NumpyShapePolicy, load_policy_net
+            from dl2ray.policy.shape_net import NumpyShapePolicy, load_shape_policy
 
-            self._init(NumpyShapePolicy(load_policy_net(policy_path, cfg)), greedy, seed)
+            self._init(NumpyShapePolicy(load_shape_policy(policy_path, cfg)), greedy, seed)
             return
         from dl2ray.policy.encoding import Encoding
         from dl2ray.policy.network import NumpyPolicy, load_checkpoint
