@@ -213,6 +213,9 @@ class ShapeConfig(_Frozen):
                                      description="PS counts of the menu")
     embed: tuple[int, ...] = Field(default=(64, 64), min_length=1, description="per-job embedding widths")
     head: int = Field(default=64, ge=1, description="hidden width of the per-job head")
+    work_conserving: bool = Field(
+        default=True, description="wait only when no other menu row of the job fits (never idle capacity "
+        "a waiting job could use); False: wait is always allowed")
     envs: int = Field(default=8, ge=1, description="training episodes run side by side")
     slots_per_update: int = Field(default=32, ge=1, description="training slots per update")
     jobs_per_slot: int = Field(default=8, ge=1, description="jobs whose choice is re-tried per slot")

@@ -147,8 +147,8 @@ def train_rl(
              "credit (policy.improve); counterfactual: per-job counterfactual policy optimisation of the "
              "shape policy (policy.shape)")] = "paper",
     zero_advantage: Annotated[bool, typer.Option(
-        help="the control run: advantages set to 0 (paper, counterfactual) / labels drawn without the "
-             "outcomes (improve)")
+        help="the control run: advantages set to 0 (paper) / shuffled among the tried rows "
+             "(counterfactual) / labels drawn without the outcomes (improve)")
     ] = False,
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,

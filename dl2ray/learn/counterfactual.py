@@ -41,9 +41,14 @@ their relative weights; ``β = entropy_weight``). Better-than-greedy rows gain
 probability in proportion to how much better they are, never more than the
 KL limit allows per update.
 
-**Control** (``zero_advantage``): the same states, tries, rollouts and
-updates with every ``A = 0`` — the target is then the old policy itself and
-only the entropy term moves the policy.
+**Control** (``zero_advantage``, the standing ``zero-advantage`` row of
+``experiment ablation``): the same states, tries, rollouts and updates with
+each job's advantages *shuffled* among its tried rows — the same magnitudes,
+so the same KL-limited step size, in directions that carry no information
+about which row did better. (Advantages set to exactly 0 would make the target
+the old policy itself and leave the warm start unchanged, which the warm-start
+row already shows; the shuffled control also measures what moving the policy
+around and keeping the best validated checkpoint achieves by chance.)
 """
 
 from __future__ import annotations
@@ -228,10 +233,11 @@ def _all_jobs_logp(net: ShapePolicyNet, batch: PaddedSlots) -> torch.Tensor:
 
 
 def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collected, epochs: int, kl: float,
-                   entropy_weight: float, zero_advantage: bool = False, trust: float | None = None
-                   ) -> UpdateStats:
+                   entropy_weight: float, control: np.random.Generator | None = None,
+                   trust: float | None = None) -> UpdateStats:
     """The KL-limited improvement step of the module docstring on ``data``'s tries.
 
+    ``control``: the zero-advantage control — each try's advantages are permuted with this generator.
     ``trust``: stop the Adam steps early once the mean ``KL(π_old ‖ π_θ)`` over *every* job of the
     update's slots (tried or not) exceeds it — the shared network moves untried jobs too.
     """
@@ -256,7 +262,7 @@ def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collec
 
     with torch.no_grad():
         old = restricted_logp(net(batch.x, batch.present, batch.g)[ts, tj]).exp().numpy()
-    adv = [np.zeros(len(t.actions)) if zero_advantage else t.advantages for t in tries]
+    adv = [t.advantages if control is None else control.permutation(t.advantages) for t in tries]
     prior = [old[i, :len(t.actions)] for i, t in enumerate(tries)]
     eta = solve_eta(adv, prior, kl) if any(np.ptp(a) > 0 for a in adv) else 1.0
     target = np.zeros((len(tries), width))

@@ -75,7 +75,7 @@ class ShapeTrainer:
         s = self.cfg.policy.shape
         data = self.collector.collect(NumpyShapePolicy(self.policy), s.slots_per_update)
         st = improve_policy(self.policy, self.opt, data, s.epochs, s.kl, s.entropy_weight,
-                            self.opts.zero_advantage, s.trust)
+                            self.sample_rng if self.opts.zero_advantage else None, s.trust)
         self.updates += 1
         row = UpdateRow(self.updates, st.loss, st.kl, st.entropy, data.reward, st.mean_gain, len(data.tries),
                         len(data.slots), data.rollouts)

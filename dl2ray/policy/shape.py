@@ -40,7 +40,12 @@ wait) − logit(wait)`` (largest first; ties: view order). For each job the
 *mask* allows wait, and every shape within the job's caps whose demand
 ``w·d_worker + p·d_PS`` fits the cluster's free total left by the jobs before
 it; the job's shape is the argmax (greedy) or a Gumbel-max sample of its
-masked logits. Its tasks go through the configured placer (the same
+masked logits. **Work conservation** (``policy.shape.work_conserving``, the
+default): wait is allowed only when no other row of the job fits, so the
+policy orders jobs and sizes them but never idles capacity a waiting job could
+use — without it, a policy imitating the planner on Philly segments met queues
+longer than any it was trained on, waited with every job and never recovered
+(docs/RESULTS.md). Its tasks go through the configured placer (the same
 tournament trees as :mod:`dl2ray.policy.decision`) worker, PS, worker, PS,
 …; a task that finds no node stops that role (the shape is *truncated*), and
 a job left without a worker or without a PS releases what it got. The
@@ -77,12 +82,13 @@ class ShapeEncoding:
     num_types: int
     menu: tuple[tuple[int, int], ...]  # (workers, PS) per menu row; row 0 is (0, 0)
     slots_run_scale: float = 100.0
+    work_conserving: bool = True  # wait is allowed only when no other row fits (module docstring)
 
     @classmethod
     def from_config(cls, cfg) -> ShapeEncoding:
         s = cfg.policy.shape
         menu = ((0, 0), *((w, p) for w in s.menu_workers for p in s.menu_ps))
-        return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale)
+        return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale, s.work_conserving)
 
     @property
     def job_dim(self) -> int:
@@ -220,8 +226,8 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
                         for j in view.jobs))
     placed = np.empty((max(tasks_max, 1), 3), dtype=np.int64)
     fj, fa = forced if forced is not None else (-1, -1)
-    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, wkey,
-                             pkey, dem, nodes, rng, fj, fa, masks, actions, tasks, placed)
+    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, wkey, pkey,
+                             dem, nodes, rng, fj, fa, enc.work_conserving, masks, actions, tasks, placed)
     return ShapeDecision(_allocation(view, placed[:n_placed]), order, masks, actions, tasks)
 
 
@@ -236,16 +242,19 @@ def _unplace(nodes, dem, trees, key, n):
 
 
 @njit(cache=True)
-def _fill_mask(mask, caps_row, shapes, wd, pd, total):
-    """Job ``g``'s mask: wait, and every cap-allowed row whose demand fits the free ``total``."""
+def _fill_mask(mask, caps_row, shapes, wd, pd, total, conserving):
+    """Job ``g``'s mask: every cap-allowed row whose demand fits the free ``total``; wait always, or
+    (``conserving``) only when no other row fits."""
+    other = False
     for k in range(shapes.shape[0]):
         ok = caps_row[k]
         if ok and k > 0:
             for r in range(3):
                 if shapes[k, 0] * wd[r] + shapes[k, 1] * pd[r] > total[r] + _EPS:
                     ok = False
+            other = other or ok
         mask[k] = ok
-    mask[0] = True
+    mask[0] = not (conserving and other)
 
 
 @njit(cache=True)
@@ -283,7 +292,7 @@ def _place_shape(nodes, dem, trees, wkey, pkey, g, want_w, want_p, placed, n_pla
 
 @njit(cache=True)
 def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
-                  masks, actions, tasks, placed):
+                  conserving, masks, actions, tasks, placed):
     """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
     (``(job index, role, node)`` in placement order)."""
     trees = _build_trees(nodes, dem)
@@ -296,7 +305,7 @@ def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forc
     for idx in range(order.shape[0]):
         g = order[idx]
         wd, pd = dem[wkey[g]], dem[pkey[g]]
-        _fill_mask(masks[g], caps[g], shapes, wd, pd, total)
+        _fill_mask(masks[g], caps[g], shapes, wd, pd, total, conserving)
         if g == forced_job and masks[g, forced_row]:
             a = forced_row
         elif g == forced_job or rng is None:

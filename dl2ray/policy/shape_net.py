@@ -104,7 +104,8 @@ def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequ
     doc = {
         "arch": ARCH,
         "meta": {"catalogue": list(catalogue), "menu": [list(s) for s in enc.menu],
-                 "slots_run_scale": enc.slots_run_scale, "embed": list(net.embed_widths),
+                 "slots_run_scale": enc.slots_run_scale, "work_conserving": enc.work_conserving,
+                 "embed": list(net.embed_widths),
                  "head": net.head_width},
         "policy": net.state_dict(),
         "extra": extra or {},
@@ -126,7 +127,7 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None)
     try:
         m = doc["meta"]
         enc = ShapeEncoding(len(m["catalogue"]), tuple((int(w), int(p)) for w, p in m["menu"]),
-                            float(m["slots_run_scale"]))
+                            float(m["slots_run_scale"]), bool(m.get("work_conserving", False)))
         embed, head = tuple(int(h) for h in m["embed"]), int(m["head"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a dl2ray shape checkpoint (meta: {exc!r})") from None

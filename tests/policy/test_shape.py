@@ -118,7 +118,8 @@ def test_decisions_are_feasible_and_follow_the_masks(nodes, cpu, gpu, types, net
     _feasible(v, dec)
     for i, jv in enumerate(v.jobs):
         a = dec.actions[i]
-        assert dec.masks[i, a] and dec.masks[i, WAIT]
+        assert dec.masks[i, a]
+        assert dec.masks[i, WAIT] == (not dec.masks[i, 1:].any())  # work-conserving: wait only when stuck
         want = ENC.menu[a]
         got = tuple(dec.tasks[i])
         assert got == (0, 0) or (got[0] <= want[0] and got[1] <= want[1])  # truncated, never more
@@ -166,7 +167,21 @@ def test_the_mask_refuses_rows_beyond_the_free_total():
     v = view(job(0), nodes=1)  # 8 cpu: 4 tasks of 2 cpu
     dec = decide_shapes(v, ENC, np.zeros((1, ENC.num_shapes), np.float32))
     for k, (w, p) in enumerate(ENC.menu):
-        assert dec.masks[0, k] == (k == WAIT or (2 * (w + p) <= 8 and w <= 2))
+        assert dec.masks[0, k] == (k != WAIT and 2 * (w + p) <= 8 and w <= 2)
+
+
+def test_work_conservation_forbids_waiting_beside_free_capacity():
+    # three resnet-50 jobs that all prefer to wait, on room for two (1, 1) bundles
+    v = view(job(0), job(1), job(2), nodes=1)
+    logits = np.zeros((3, ENC.num_shapes), np.float32)
+    logits[:, WAIT] = 5.0
+    logits[0, WAIT] = 4.0  # job 0 goes first
+    dec = decide_shapes(v, ENC, logits)
+    assert [tuple(t) for t in dec.tasks] == [(1, 1), (1, 1), (0, 0)]  # the third finds nothing left
+    assert dec.masks[2].tolist() == [True] + [False] * (ENC.num_shapes - 1)
+    lazy = ShapeEncoding(ENC.num_types, ENC.menu, ENC.slots_run_scale, work_conserving=False)
+    idle = decide_shapes(v, lazy, logits)
+    assert idle.allocation.tasks == {} and idle.masks[:, WAIT].all()
 
 
 def test_forced_row_changes_only_that_job_and_those_after_it():
@@ -215,7 +230,7 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
     path = tmp_path / "shape.pt"
     save_shape_checkpoint(path, net, CAT.names, extra={"kind": "sl"})
     back = load_shape_checkpoint(path, expect=ENC)
-    assert back.extra == {"kind": "sl"}
+    assert back.extra == {"kind": "sl"} and back.policy.enc == ENC and ENC.work_conserving
     for a, b in zip(net.state_dict().values(), back.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     sched = DL2Scheduler(str(path), CFG)
