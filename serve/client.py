@@ -73,7 +73,9 @@ class ServeScheduler:
 
     def body(self, view: ClusterView) -> bytes:
         """The request body for ``view`` (JSON)."""
-        req = DecideRequest(view=from_view(view, history=self.scheduler != "dl2"), scheduler=self.scheduler)
+        # the DL2 policies read only the last observation that trained; heuristics may read them all
+        req = DecideRequest(view=from_view(view, history="last" if self.scheduler == "dl2" else True),
+                            scheduler=self.scheduler)
         return req.model_dump_json(exclude_none=True).encode()
 
     def decide(self, view: ClusterView) -> Allocation:

@@ -178,11 +178,20 @@ def _node_runs(capacity: np.ndarray, free: np.ndarray) -> list[NodeState]:
     return out
 
 
-def from_view(view: ClusterView, history: bool = True) -> ViewIn:
+def _observations(job, history: bool | str) -> tuple:
+    """The observations of ``job`` that :func:`from_view` sends."""
+    if history == "last":
+        trained = [o for o in job.history if o.epochs > 0 and o.seconds > 0]
+        return tuple(trained[-1:])
+    return job.history if history else ()
+
+
+def from_view(view: ClusterView, history: bool | str = True) -> ViewIn:
     """The request body's view for ``view`` (every field explicit, so the server's defaults do not matter).
 
-    ``history=False`` leaves out the jobs' observations (a scheduler that does
-    not read them, like the DL2 policy, decides the same; the body is smaller).
+    ``history``: True sends every observation; ``"last"`` only each job's most recent one that trained
+    (all the DL2 policies read: the shape policy's last observed speed; the body stays small);
+    False none.
     """
     nodes = _node_runs(view.capacity, view.free)
     jobs = [JobState(
@@ -192,8 +201,8 @@ def from_view(view: ClusterView, history: bool = True) -> ViewIn:
         worker_demand=TaskDemand.of(j.worker_demand), ps_demand=TaskDemand.of(j.ps_demand),
         max_workers=j.max_workers, max_ps=j.max_ps,
         history=[ObservationIn(slot=o.slot, ps=o.ps, workers=o.workers, epochs=float(o.epochs),
-                               seconds=float(o.seconds), loss=float(o.loss)) for o in j.history]
-        if history else [],
+                               seconds=float(o.seconds), loss=float(o.loss))
+                 for o in _observations(j, history)],
         requested_bundles=j.requested_bundles,
     ) for j in view.jobs]
     return ViewIn(slot=view.slot, slot_seconds=float(view.slot_seconds), nodes=nodes, jobs=jobs,

@@ -1,7 +1,8 @@
 """The DL2 path is unchanged by the opt-in simulator extensions (gang mode, SCHED², Harmony).
 
 ``data/regression/testbed_seed3000000_jct.json`` holds the per-job completion
-times (slots) of DRF, Optimus and the shipped ``models/dl2-testbed.pt`` on the
+times (slots) of DRF, Optimus and the paper-architecture ``models/dl2-testbed-paper.pt`` (shipped as
+``models/dl2-testbed.pt`` until the shape policy replaced it) on the
 testbed config's first test trace (seed 3,000,000), recorded from commit
 35cb3e5, before any of those extensions existed. Every later run must give the
 same numbers.

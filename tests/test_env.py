@@ -118,7 +118,7 @@ def test_info_metrics_equal_what_simulate_reports(capsys, testbed) -> None:
 
     from dl2ray.policy.network import load_checkpoint
 
-    model = REPO / "models" / "dl2-testbed.pt"
+    model = REPO / "models" / "dl2-testbed-paper.pt"
     policy = load_checkpoint(model).policy
 
     def greedy(mask: np.ndarray) -> int:

@@ -22,7 +22,7 @@ from clusters.federation import LinkDown, member_specs
 from dl2ray.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKPOINT = ROOT / "models" / "dl2-testbed.pt"  # the policy configs/federation.yaml starts from
+CHECKPOINT = ROOT / "models" / "dl2-testbed-paper.pt"  # the policy configs/federation.yaml starts from
 
 
 def live_config(tmp: Path, **live) -> Path:

@@ -16,7 +16,7 @@ from support import wait_for
 
 from clusters import k8s_objects as ko
 
-CHECKPOINT = REPO / "models" / "dl2-testbed.pt"  # the policy configs/federation.yaml starts from
+CHECKPOINT = REPO / "models" / "dl2-testbed-paper.pt"  # the policy configs/federation.yaml starts from
 
 
 def _files(tmp: Path, kubeconfig: Path, address: str, mode: str) -> Path:

@@ -11,8 +11,10 @@ from serve.app import DEPLOYMENT_DEFAULTS, ServeSettings, build
 
 
 def test_serve_refuses_a_checkpoint_of_another_config_before_starting_anything(capsys):
+    # the paper architecture's window differs between testbed (J = 20) and large (J = 40); a shape
+    # policy has no window and serves any cluster size of the same catalogue and menu
     code, _, err = run_cli(capsys, "serve", "--config", str(CONFIGS / "large.yaml"),
-                           "--checkpoint", str(REPO / "models" / "dl2-testbed.pt"))
+                           "--checkpoint", str(REPO / "models" / "dl2-testbed-paper.pt"))
     assert code == 2 and "state dim" in err and "Traceback" not in err
 
 

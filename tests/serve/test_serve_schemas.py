@@ -45,12 +45,15 @@ def test_view_with_partly_free_nodes_round_trips(views):
     _same_view(_through_json(partial), partial)
 
 
-def test_client_body_leaves_histories_out_only_for_dl2(views):
+def test_client_body_sends_dl2_only_the_last_observation_that_trained(views):
     view = views[-1]
-    assert any(j.history for j in view.jobs)
+    assert any(len(j.history) > 1 for j in view.jobs)
     dl2 = DecideRequest.model_validate_json(ServeScheduler("http://h:1").body(view))
     drf = DecideRequest.model_validate_json(ServeScheduler("http://h:1", "drf").body(view))
-    assert dl2.scheduler == "dl2" and all(not j.history for j in dl2.view.jobs)
+    assert dl2.scheduler == "dl2"
+    for sent, job in zip(dl2.view.jobs, view.jobs, strict=True):
+        trained = [o for o in job.history if o.epochs > 0 and o.seconds > 0]
+        assert [(o.slot, o.epochs) for o in sent.history] == [(o.slot, o.epochs) for o in trained[-1:]]
     assert drf.scheduler == "drf"
     assert [len(j.history) for j in drf.view.jobs] == [len(j.history) for j in view.jobs]
 

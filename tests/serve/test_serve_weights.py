@@ -64,7 +64,8 @@ def test_versions_name_the_content(tmp_path):
 
 
 def test_a_checkpoint_for_another_config_is_refused_at_start(tmp_path):
+    paper = SHIPPED.with_name("dl2-testbed-paper.pt")  # J = 20; the large config's window is 40
     with pytest.raises(UserError, match=r"checkpoint:.*state dim"):
-        DecisionService({"config": "configs/large.yaml", "checkpoint": str(SHIPPED)})
+        DecisionService({"config": "configs/large.yaml", "checkpoint": str(paper)})
     with pytest.raises(UserError, match="give a policy checkpoint"):
         DecisionService({"config": str(TESTBED)})
