@@ -28,6 +28,8 @@ import csv
 import math
 import multiprocessing
 import queue as queue_mod
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -133,27 +135,41 @@ def train_all(plans: Sequence[RunPlan], workers: int, progress: Progress | None 
     """Every plan, in order; in ``workers`` spawned processes when more than one (and more than one plan).
 
     ``spawn``, not ``fork``: a forked child of a process that has used torch's
-    thread pool can hang in its first parallel region.
+    thread pool can hang in its first parallel region. A failed run, Ctrl-C or a
+    SIGTERM stops the experiment and terminates the workers (a pool left alone
+    would finish every queued run after its parent is gone).
     """
     if workers <= 1 or len(plans) <= 1:
         return [train_one(p, progress) for p in plans]
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
-    with ProcessPoolExecutor(min(workers, len(plans)), mp_context=ctx, initializer=_init_worker,
-                             initargs=(q,)) as pool:
-        futures = [pool.submit(_train_in_worker, p) for p in plans]
-        pending = set(futures)
-        try:
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                _drain(q, progress)
-                for fut in done:
-                    fut.result()  # a failed run stops the experiment now
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        _drain(q, progress)
-        return [f.result() for f in futures]
+    main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        with ProcessPoolExecutor(min(workers, len(plans)), mp_context=ctx, initializer=_init_worker,
+                                 initargs=(q,)) as pool:
+            futures = [pool.submit(_train_in_worker, p) for p in plans]
+            pending = set(futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    _drain(q, progress)
+                    for fut in done:
+                        fut.result()  # a failed run stops the experiment now
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                for child in multiprocessing.active_children():  # the pool's workers
+                    child.terminate()
+                raise
+            _drain(q, progress)
+            return [f.result() for f in futures]
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _drain(q, progress: Progress | None) -> None:

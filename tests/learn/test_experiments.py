@@ -205,3 +205,54 @@ def test_cli_bad_input_is_one_line_naming_the_option(capsys, tmp_path, tiny_yaml
     assert code == 2 and stdout == ""
     assert len(err.strip().splitlines()) == 1 and option in err, err
     assert not (tmp_path / "o" / "training_curve.csv").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (from /proc)."""
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+def test_sigterm_stops_an_experiment_and_its_workers(sl_ckpt, tiny_yaml, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support import wait_for
+
+    cmd = [sys.executable, "-m", "dl2ray", "experiment", "ablation", "--config", tiny_yaml, "--init",
+           str(sl_ckpt), "--updates", "100000", "--out", str(tmp_path / "abl"), "--workers", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # two training workers (and multiprocessing's resource tracker) once the pool is up
+        children = wait_for("the pool's workers", lambda: c if len(c := _children(proc.pid)) >= 3 else None,
+                            timeout_s=120)
+        time.sleep(2.0)  # the workers are training now
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) != 0
+        wait_for("every child of the experiment to be gone",
+                 lambda: not any(_alive(c) for c in children), timeout_s=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
