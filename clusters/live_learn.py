@@ -55,7 +55,14 @@ def _policy_path(spec: str) -> Path:
     name, _, arg = spec.partition(":")
     if name.strip().lower() != "dl2" or not arg:
         raise UserError(f"--learn needs the dl2 scheduler with a checkpoint (dl2:PATH), not {spec!r}")
-    return Path(arg)
+    path = Path(arg)
+    if path.exists() and checkpoint_arch(path) != "paper":
+        # Live A3C learns from the cluster's own rewards, one +worker/+PS step at a time; the shape
+        # policy learns from counterfactual rollouts, which only a simulator can replay.
+        raise UserError(f"--learn: {path} is a {checkpoint_arch(path)!r}-architecture policy; live learning "
+                        "trains the paper's (e.g. models/dl2-testbed-paper.pt). A shape policy learns in the "
+                        "simulator: dl2ray train rl --algo counterfactual, then train ship")
+    return path
 
 
 def ensure_global_policy(cfg: LiveConfig, scheduler: str) -> Any:

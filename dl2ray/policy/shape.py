@@ -205,15 +205,13 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     n = len(view.jobs)
     caps = cap_mask(view, enc)
     order = run_order(logits, caps)
-    cat = view.catalogue
-    demands = np.concatenate([cat.worker_demand, cat.ps_demand]).astype(np.float64)
-    keys = {tuple(d): i for i, d in reversed(list(enumerate(demands.tolist())))}
-    dem = np.ascontiguousarray(demands[sorted(set(keys.values()))])
-    remap = {i: r for r, i in enumerate(sorted(set(keys.values())))}
-    ti = np.fromiter((j.type_index for j in view.jobs), np.int64, n)
-    L = len(cat)
-    wkey = np.array([remap[keys[tuple(demands[t])]] for t in ti.tolist()], dtype=np.int64)
-    pkey = np.array([remap[keys[tuple(demands[L + t])]] for t in ti.tolist()], dtype=np.int64)
+    # each job's own task demands (a live or served job may differ from its type's), as rows of ``dem``
+    keys: dict[tuple[float, ...], int] = {}
+    wkey = np.array([keys.setdefault(tuple(map(float, j.worker_demand)), len(keys)) for j in view.jobs],
+                    dtype=np.int64)
+    pkey = np.array([keys.setdefault(tuple(map(float, j.ps_demand)), len(keys)) for j in view.jobs],
+                    dtype=np.int64)
+    dem = np.array(list(keys), dtype=np.float64).reshape(len(keys), 3)
     cap = np.array(view.capacity, dtype=np.float64)
     free = np.array(view.free, dtype=np.float64)
     inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)

@@ -17,6 +17,7 @@ from test_live import small_spec
 from clusters.live_config import load_live_config
 
 ROOT = Path(__file__).resolve().parents[2]
+PAPER_CHECKPOINT = ROOT / "models" / "dl2-testbed-paper.pt"
 
 
 @pytest.fixture
@@ -27,8 +28,11 @@ def agent(ray_session, tmp_path, request):
     cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
     mode = getattr(request, "param", "")
     learn = cfg.live.learn.model_copy(update={"enabled": mode == "learn", "steps_per_update": 4})
+    # live learning trains the paper's architecture (the shipped dl2-testbed.pt is a shape policy)
+    scheduler = f"dl2:{PAPER_CHECKPOINT}" if mode == "learn" else cfg.live.scheduler
     cfg = cfg.model_copy(
-        update={"live": cfg.live.model_copy(update={"learn": learn, "shadow": mode == "shadow"})}
+        update={"live": cfg.live.model_copy(update={"learn": learn, "shadow": mode == "shadow",
+                                                     "scheduler": scheduler})}
     )
     cfg = cfg.model_copy(
         update={
@@ -169,6 +173,15 @@ def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> Non
     assert (log_dir / "global-policy.pt").is_file()
     assert ray.get(handle.cancel.remote("learner"))["ok"]
     assert ray.get(handle.job.remote("learner"))["state"] == "cancelled"
+
+
+def test_live_learning_refuses_a_shape_policy_naming_the_architecture() -> None:
+    from clusters.live_learn import _policy_path
+    from dl2ray.errors import UserError
+
+    assert _policy_path(f"dl2:{PAPER_CHECKPOINT}") == PAPER_CHECKPOINT
+    with pytest.raises(UserError, match=r"--learn: .*dl2-testbed.pt is a 'shape'-architecture policy"):
+        _policy_path(f"dl2:{ROOT / 'models' / 'dl2-testbed.pt'}")
 
 
 @pytest.mark.ray

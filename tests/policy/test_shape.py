@@ -163,6 +163,24 @@ def test_a_job_whose_worker_finds_no_node_gets_nothing():
     assert tuple(dec.tasks[1]) == (0, 0)
 
 
+def test_each_job_is_placed_with_its_own_demands_not_its_types():
+    # a live or served resnet-50 that asks for 0.5 cpu and no GPU per task, on GPU-less nodes: its
+    # type's demand (a GPU per worker) fits nowhere, its own does; two jobs of one type may differ
+    from dataclasses import replace
+
+    small = replace(job(0, max_workers=2, max_ps=2), worker_demand=np.array([0.5, 0.0, 0.1]),
+                    ps_demand=np.array([0.5, 0.0, 0.1]))
+    big = replace(job(1, max_workers=2, max_ps=2), worker_demand=np.array([1.5, 0.0, 0.1]),
+                  ps_demand=np.array([0.5, 0.0, 0.1]))
+    v = view(small, big, nodes=2, cpu=3.0, gpu=0.0)
+    dec = decide_shapes(v, ENC, _one_row((2, 2), 2))
+    _feasible(v, dec)
+    assert tuple(dec.tasks[0]) == (2, 2)  # 2 cpu of the 6, 1 on each node
+    assert tuple(dec.tasks[1]) == (2, 2)  # 2 cpu left per node: W 1.5 + PS 0.5 on each
+    with_type_demands = view(job(0, max_workers=2, max_ps=2), nodes=2, cpu=3.0, gpu=0.0)
+    assert decide_shapes(with_type_demands, ENC, _one_row((2, 2))).allocation.tasks == {}  # needs GPUs
+
+
 def test_the_mask_refuses_rows_beyond_the_free_total():
     v = view(job(0), nodes=1)  # 8 cpu: 4 tasks of 2 cpu
     dec = decide_shapes(v, ENC, np.zeros((1, ENC.num_shapes), np.float32))
