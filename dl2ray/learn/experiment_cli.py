@@ -310,6 +310,9 @@ def ablation(
     variants: Annotated[str | None, typer.Option(
         help="comma-separated subset of the variants (full always runs), e.g. zero-advantage")] = None,
     rl_opt: RLOptOpt = None,
+    resume: Annotated[bool, typer.Option(
+        help="continue the runs already in OUT (same seed, init and options); finished ones are read back")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Table 2 and the zero-advantage control: full method vs no actor-critic / exploration / replay /
@@ -323,7 +326,8 @@ def ablation(
     out = _held_out_inputs(cfg, init, updates, test_traces, workers, out)
     subset = None if variants is None else [v.strip() for v in variants.split(",") if v.strip()]
     with _Bars(updates) as bars:
-        report = ex.ablation(cfg, init, updates, seed, opts, test_traces, out, workers, bars, seeds, subset)
+        report = ex.ablation(cfg, init, updates, seed, opts, test_traces, out, workers, bars, seeds, subset,
+                             resume)
     _report(report, cfg, init, updates, seed, opts, out, "ablation", "Ablation (Table 2)", json_out,
             variants=ex.by_variant(report))
 
@@ -359,7 +363,7 @@ def offline_rl(
 def rllib(
     out: OutOpt,
     minutes: Annotated[float, typer.Option(help="wall time of training + validation (the build is extra)")],
-    algo: Annotated[str, typer.Option(help="RLlib algorithm (new API stack)")] = "ppo",
+    algo: Annotated[str, typer.Option(help="RLlib algorithm (new API stack): ppo, appo or impala")] = "ppo",
     config: ConfigOpt = None,
     seed: SeedOpt = 0,
     warm_start: Annotated[Path | None, typer.Option(
@@ -380,12 +384,13 @@ def rllib(
     """An RLlib algorithm on DL2Env with action masking: validated like `train rl`, best policy exported
     to OUT/policy.pt for `dl2ray compare --schedulers rllib:OUT`, every Ray process it started stopped."""
     from dl2ray.env import REWARDS
-    from dl2ray.learn.rllib_train import ALGOS, RLlibRun
+    from dl2ray.learn.rllib_train import RLlibRun, algorithm_refusal
 
     cfg = load_config(config)
     algo = algo.strip().lower()
-    if algo not in ALGOS:
-        raise UserError(f"--algo: {algo!r}: known: {', '.join(ALGOS)}")
+    refusal = algorithm_refusal(algo)
+    if refusal is not None:
+        raise UserError(f"--algo {refusal}")
     if not minutes > 0:
         raise UserError(f"--minutes: must be positive (got {minutes})")
     for opt, v in (("--traces", traces), ("--val-traces", val_traces), ("--val-every", val_every),

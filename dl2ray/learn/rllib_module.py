@@ -18,6 +18,11 @@ RLlib's action-masking example does); values ``(B,)`` from the value network.
 :func:`~dl2ray.policy.network.build_networks`), and ``init``: a dl2ray
 checkpoint path to start from instead (its policy *and* value weights, as
 ``dl2ray train rl --init`` does), or ``None``.
+
+Which module an algorithm needs (RLlib 2.60's ``Learner.rl_module_required_apis``):
+PPO and IMPALA ``ValueFunctionAPI`` (:class:`DL2TorchRLModule`); APPO also
+``TargetNetworkAPI`` (:class:`DL2APPOTorchRLModule`: a frozen copy of the policy
+network, the "old" policy of its clipped surrogate and of V-trace).
 """
 
 from __future__ import annotations
@@ -26,7 +31,12 @@ from typing import Any
 
 import torch
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.core.learner.utils import make_target_network
+from ray.rllib.core.rl_module.apis import (
+    TARGET_NETWORK_ACTION_DIST_INPUTS,
+    TargetNetworkAPI,
+    ValueFunctionAPI,
+)
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 
@@ -58,10 +68,37 @@ class DL2TorchRLModule(TorchRLModule, ValueFunctionAPI):
             self.pi, self.vf = build_networks(enc, tuple(mc["hidden"]), int(mc["seed"]))
 
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        obs = batch[Columns.OBS]
-        logits = self.pi(obs["observations"])
-        masked = logits + torch.clamp(torch.log(obs["action_mask"]), min=FLOAT_MIN)
-        return {Columns.ACTION_DIST_INPUTS: masked}
+        return {Columns.ACTION_DIST_INPUTS: _masked_logits(self.pi, batch[Columns.OBS])}
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         return self.vf(batch[Columns.OBS]["observations"])
+
+
+class DL2APPOTorchRLModule(DL2TorchRLModule, TargetNetworkAPI):
+    """:class:`DL2TorchRLModule` with APPO's target network: ``_old_pi``, a copy of ``pi``.
+
+    Only the learner's module has it: RLlib's APPO learner calls
+    :meth:`make_target_networks` after ``setup`` (so the copy starts from the
+    warm start, if any) and moves ``_old_pi`` towards ``pi`` every
+    ``target_network_update_freq`` (× its circular buffer's size) trained env steps,
+    with ``tau`` (1: a plain copy). :meth:`forward_target` masks the copy's logits
+    exactly like ``_forward``, so old and new policy put no mass on infeasible actions.
+    The sampler's copy of the module and the exported policy have no ``_old_pi``
+    (RLlib's ``set_state`` ignores the extra keys).
+    """
+
+    _old_pi: PolicyNet
+
+    def make_target_networks(self) -> None:
+        self._old_pi = make_target_network(self.pi)
+
+    def get_target_network_pairs(self) -> list[tuple[PolicyNet, PolicyNet]]:
+        return [(self.pi, self._old_pi)]
+
+    def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {TARGET_NETWORK_ACTION_DIST_INPUTS: _masked_logits(self._old_pi, batch[Columns.OBS])}
+
+
+def _masked_logits(pi: PolicyNet, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``pi``'s logits ``(B, 3J+1)`` plus ``max(log mask, FLOAT_MIN)``: ~0 probability where the mask is 0."""
+    return pi(obs["observations"]) + torch.clamp(torch.log(obs["action_mask"]), min=FLOAT_MIN)

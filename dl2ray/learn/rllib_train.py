@@ -1,22 +1,33 @@
 """An RLlib algorithm (new API stack) trained on :class:`dl2ray.env.DL2Env`, selected like our trainer.
 
+Algorithms (``run.algo``, :data:`ALGOS`): ``ppo``, ``appo`` and ``impala``, RLlib's
+on-policy actor-critics; the others RLlib 2.60 has are refused with the reason
+(:data:`REFUSED`, :func:`algorithm_refusal`).
+
 One run (:func:`train_rllib`), until ``minutes`` of wall time (training and
 validation; the algorithm's build is reported apart) or ``iterations``:
 
 1. ``algo.train()``: RLlib samples DL2Env episodes (reward ``run.reward``,
    training traces cut off at ``run.max_slots`` slots) with
-   :class:`~dl2ray.learn.rllib_module.DL2TorchRLModule`, the masked DL2
+   :class:`~dl2ray.learn.rllib_module.DL2TorchRLModule` (APPO:
+   :class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`), the masked DL2
    policy/value networks, and updates them (one local learner, sampling in this
    process: ``num_env_runners=0``, so no worker processes beyond Ray's own).
+   IMPALA and APPO update in a thread of the learner and send the sampler the
+   learner's weights after each update, so their sampler runs at most one update
+   behind the learner (PPO's is synchronised at the end of every iteration).
 2. Before the first and every ``val_every`` iterations (and after the last):
    the greedy policy's average JCT on ``val_traces`` validation traces, unfinished
    jobs counted until ``sim.max_slots`` — :func:`dl2ray.learn.rl.validate`, the
-   very function (and traces) ``dl2ray train rl`` selects models with.
-3. A better validation JCT exports the policy (:mod:`dl2ray.learn.rllib_export`,
+   very function (and traces) ``dl2ray train rl`` selects models with. The policy
+   validated is the sampler's (``algo.get_module()``), a copy the learner's thread
+   never writes to while it is read.
+3. A better validation JCT exports that policy (:mod:`dl2ray.learn.rllib_export`,
    ``OUT/policy.pt``: what ``rllib:OUT`` runs) and saves the whole algorithm
    (``OUT/rllib/``, ``Algorithm.save_to_path``; RLlib users restore it with
-   ``Algorithm.from_checkpoint`` or the module with ``RLModule.from_checkpoint``
-   on ``OUT/rllib/learner_group/learner/rl_module/default_policy``).
+   ``Algorithm.from_checkpoint`` or the learner's module with ``RLModule.from_checkpoint``
+   on ``OUT/rllib/learner_group/learner/rl_module/default_policy``: for PPO the
+   same weights as ``policy.pt``, for IMPALA/APPO possibly one update ahead).
 
 ``OUT/run.json`` (rewritten after every iteration, so an interrupted run keeps
 its record): the config, the run's options, per-iteration history and the
@@ -28,6 +39,10 @@ Random streams: the module's initialisation from ``seed``
 (:func:`~dl2ray.policy.network.build_networks`, unless ``init``), RLlib's own
 (sampling, minibatch shuffling) from ``config.debugging(seed=seed)``, and the
 training traces drawn by each env's ``np_random``, which RLlib seeds from ``seed``.
+APPO's circular buffer picks its batches with an unseeded generator of RLlib's
+(``ray.rllib.algorithms.appo.utils.CircularBuffer``), and IMPALA/APPO's learner
+thread makes the order of sampling and updates depend on timing: their runs are
+not reproducible from ``seed`` alone.
 """
 
 from __future__ import annotations
@@ -43,17 +58,51 @@ from typing import Any
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import seeds as seedsets
 
-ALGOS = ("ppo",)
-"""RLlib algorithms a run can name. Others need a module API ours lacks (APPO: target networks;
-DQN/SAC: Q-heads) or many sampling processes (IMPALA); PPO is what was measured."""
+ALGOS = ("ppo", "appo", "impala")
+"""RLlib algorithms a run can name: the on-policy actor-critics of RLlib 2.60, which train a
+policy (masked logits) and a state-value network, the two networks our trainer and checkpoints have."""
 
-#: Our choices for PPO, overridable by ``options`` (``--algo-opt KEY=VALUE``): RLlib's defaults, but
-#: ``lr`` = ``policy.rl_lr`` of the testbed, a discount per decision step that spans tens of slots,
-#: and smaller batches and fewer epochs, so an iteration takes seconds on two cores.
-PPO_DEFAULTS: dict[str, Any] = {
-    "lr": 1e-4, "gamma": 0.995, "lambda_": 0.95, "entropy_coeff": 0.01, "train_batch_size_per_learner": 2000,
-    "minibatch_size": 256, "num_epochs": 4, "vf_clip_param": 10.0,
+#: The other algorithms of RLlib 2.60 (``ray.rllib.algorithms.registry.ALGORITHMS``) and why
+#: ``--algo`` refuses them: the networks, data or action space they need.
+REFUSED: dict[str, str] = {
+    "dqn": "DQN learns action values Q(s, a) (RLlib's QNetAPI, with a target Q-network) and acts by "
+           "argmax Q; our networks are a softmax policy (logits, warm-started by SL cross-entropy) and a "
+           "state-value V(s), neither a Q-function, and rllib:DIR's checkpoint has no Q-network",
+    "sac": "SAC needs twin Q-networks over the 3J+1 actions with target copies (QNetAPI, TargetNetworkAPI) "
+           "beside the policy, learned off-policy from a replay buffer: a critic our networks, SL warm start "
+           "and checkpoint format do not have",
+    "cql": "CQL is offline (it learns from recorded episodes, not by running DL2Env) and SAC-based "
+           "(Q-networks our module lacks)",
+    "iql": "IQL is offline (recorded episodes, not DL2Env) and RLlib's takes continuous (Box) actions only",
+    "bc": "BC is offline: it clones the actions of recorded episodes instead of running DL2Env; "
+          "`dl2ray train sl` already clones the cluster's scheduler",
+    "marwil": "MARWIL is offline: it learns from recorded episodes (offline_data), not by running DL2Env",
+    "dreamerv3": "DreamerV3 trains its own world model, actor and critic (DreamerV3RLModule): our networks "
+                 "and the action mask have no place in it",
 }
+
+_COMMON: dict[str, Any] = {"lr": 1e-4, "gamma": 0.995, "entropy_coeff": 0.01}
+
+#: Our choices per algorithm, overridable by ``options`` (``--algo-opt KEY=VALUE``): RLlib's
+#: defaults, but ``lr`` = ``policy.rl_lr`` of the testbed, a discount per decision step that spans
+#: tens of slots, and for PPO smaller batches and fewer epochs, so an iteration takes seconds on two
+#: cores. IMPALA and APPO keep RLlib's batch (500 env steps in 50-step fragments, V-trace) and
+#: APPO its circular buffer (8 batches, each trained on twice) and target-network period.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "ppo": {**_COMMON, "lambda_": 0.95, "train_batch_size_per_learner": 2000, "minibatch_size": 256,
+            "num_epochs": 4, "vf_clip_param": 10.0},
+    "impala": {**_COMMON, "train_batch_size_per_learner": 500},
+    "appo": {**_COMMON, "train_batch_size_per_learner": 500},
+}
+
+
+def algorithm_refusal(algo: str) -> str | None:
+    """Why ``--algo algo`` cannot run (one line), or None if it can."""
+    if algo in ALGOS:
+        return None
+    if algo in REFUSED:
+        return f"{algo}: {REFUSED[algo]}"
+    return f"{algo}: not an RLlib algorithm (of RLlib 2.60's registry); choose one of {', '.join(ALGOS)}"
 
 
 @dataclass(frozen=True)
@@ -75,7 +124,7 @@ class RLlibRun:
 
 @dataclass
 class IterationRow:
-    """Per ``algo.train()``: cumulative seconds, env steps, episodes' return, JCT and the PPO losses."""
+    """Per ``algo.train()``: cumulative seconds, env steps, episodes' return, JCT and the learner's losses."""
 
     iteration: int
     seconds: float
@@ -112,36 +161,49 @@ class RLlibResult:
 
 
 def algorithm_config(cfg: ExperimentConfig, run: RLlibRun):
-    """The RLlib ``AlgorithmConfig`` of ``run`` (raises ValueError for an unknown algorithm or option)."""
+    """The RLlib ``AlgorithmConfig`` of ``run`` (raises ValueError for an unknown algorithm or option).
+
+    All three sample in the driver (``num_env_runners=0``) with one local learner. PPO samples
+    ``train_batch_size_per_learner`` steps per iteration (``rollout_fragment_length="auto"``);
+    IMPALA and APPO keep RLlib's 50-step fragments (V-trace's time axis), update in the learner's
+    background thread, and get ``min_time_s_per_iteration=1`` (RLlib's 10 s would make every
+    ``train()`` call, hence every validation interval, last 10 s).
+    """
+    from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from dl2ray.env import DL2Env
-    from dl2ray.learn.rllib_module import DL2TorchRLModule, module_config
+    from dl2ray.learn.rllib_module import DL2APPOTorchRLModule, DL2TorchRLModule, module_config
     from dl2ray.policy.encoding import Encoding
 
-    if run.algo not in ALGOS:
-        raise ValueError(f"unknown algorithm {run.algo!r}; known: {list(ALGOS)}")
-    training = {**PPO_DEFAULTS, **run.options}
-    config = PPOConfig()
+    refusal = algorithm_refusal(run.algo)
+    if refusal is not None:
+        raise ValueError(refusal)
+    config = {"ppo": PPOConfig, "appo": APPOConfig, "impala": IMPALAConfig}[run.algo]()
+    training = {**DEFAULTS[run.algo], **run.options}
     unknown = sorted(k for k in training if not hasattr(config, k))
     if unknown:
         raise ValueError(f"not options of {type(config).__name__}: {unknown}")
     env_config = {"cfg": cfg, "trace_seeds": seedsets.training(run.traces), "reward": run.reward,
                   "max_slots": run.max_slots}
-    spec = RLModuleSpec(module_class=DL2TorchRLModule,
+    module_class = DL2APPOTorchRLModule if run.algo == "appo" else DL2TorchRLModule
+    spec = RLModuleSpec(module_class=module_class,
                         model_config=module_config(Encoding.from_config(cfg), cfg.policy.hidden, run.seed,
                                                    run.init))
-    return (
+    config = (
         config.api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
         .environment(DL2Env, env_config=env_config)
-        .env_runners(num_env_runners=0, rollout_fragment_length="auto")
         .learners(num_learners=0)
         .training(**training)
         .rl_module(rl_module_spec=spec)
         .callbacks(on_episode_end=_log_episode_jct)
         .debugging(seed=run.seed, log_sys_usage=False)
     )
+    if run.algo == "ppo":
+        return config.env_runners(num_env_runners=0, rollout_fragment_length="auto")
+    return config.env_runners(num_env_runners=0).reporting(min_time_s_per_iteration=1)
 
 
 def _log_episode_jct(*, episode, metrics_logger, **_) -> None:
@@ -201,14 +263,16 @@ def _iteration(algo, it: int, start: float) -> IterationRow:
     runners = res.get("env_runners", {})
     learner = res.get("learners", {}).get("default_policy", {})
 
-    def num(d: dict, key: str) -> float | None:
-        v = d.get(key)
+    def num(d: dict, *keys: str) -> float | None:
+        """The first of ``keys`` in ``d`` (IMPALA names its losses ``mean_pi_loss``, ``mean_vf_loss``)."""
+        v = next((d[k] for k in keys if k in d), None)
         return None if v is None or math.isnan(float(v)) else float(v)
 
     steps = int(runners.get("num_env_steps_sampled_lifetime", 0))
     return IterationRow(it, time.perf_counter() - start, steps,
                         num(runners, "episode_return_mean"), num(runners, "censored_avg_jct"),
-                        num(learner, "policy_loss"), num(learner, "vf_loss"), num(learner, "entropy"))
+                        num(learner, "policy_loss", "mean_pi_loss"), num(learner, "vf_loss", "mean_vf_loss"),
+                        num(learner, "entropy"))
 
 
 def _validate(cfg: ExperimentConfig, algo, out: Path, result: RLlibResult, it: int, start: float
