@@ -25,6 +25,7 @@ Model selection uses validation seeds only; test seeds
 from __future__ import annotations
 
 import csv
+import json
 import math
 import multiprocessing
 import queue as queue_mod
@@ -32,7 +33,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,7 @@ class RunPlan:
     seed: int
     out: Path  # the run's checkpoint; OUT.best.pt, OUT.json and OUT.tb/ go beside it
     val_cfg: ExperimentConfig | None = None
+    resume: bool = False  # continue from OUT if it exists (a finished run is only read back)
 
 
 @dataclass
@@ -107,16 +109,40 @@ def train_one(plan: RunPlan, progress: Progress | None = None) -> RunRecord:
 
     torch.set_num_threads(1)
     plan.out.parent.mkdir(parents=True, exist_ok=True)
+    resume = plan.resume and plan.out.exists()
+    if resume:
+        _check_same_run(plan)
 
     def on_update(row, _val) -> None:
         if progress is not None:
             progress(plan.name, row.update)
 
     _, res = train_rl(plan.cfg, plan.init, plan.updates, plan.seed, plan.out, plan.opts,
-                      logdir=plan.out.with_suffix(".tb"), on_update=on_update, val_cfg=plan.val_cfg)
+                      logdir=plan.out.with_suffix(".tb"), resume=resume, on_update=on_update,
+                      val_cfg=plan.val_cfg)
     val_cfg = plan.val_cfg or plan.cfg
     return RunRecord(plan.name, plan.out, plan.out.with_suffix(".best.pt"), plan.cfg.speed.model,
                      val_cfg.speed.model, list(res.validation), res.baseline_avg_jct)
+
+
+def _check_same_run(plan: RunPlan) -> None:
+    """Refuse to resume ``plan.out`` when its ``OUT.json`` records another seed, init, options or config."""
+    meta = plan.out.with_suffix(".json")
+    try:
+        doc = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"--resume: {meta}: cannot read the run's record ({e}); remove {plan.out} to start over")
+    def where(init) -> str | None:
+        return None if init is None else str(Path(init).resolve())
+
+    wanted = {"seed": plan.seed, "init": where(plan.init), "options": asdict(plan.opts),
+              "config": plan.cfg.model_dump(mode="json")}
+    recorded = {**doc, "init": where(doc.get("init"))}
+    for key, value in wanted.items():
+        if recorded.get(key) != value:
+            shown = "another config" if key == "config" else f"{key}={recorded.get(key)!r}"
+            raise UserError(f"--resume: {plan.out} was trained with {shown}, not this run's; "
+                            "use another --out or remove it")
 
 
 _worker_queue: list = []  # set in each pool worker by _init_worker: where progress goes
@@ -287,12 +313,13 @@ class EvalReport:
 
 def train_and_test(cfg: ExperimentConfig, plans: Sequence[RunPlan], reference: str, test_traces: int,
                    workers: int = 2, progress: Progress | None = None,
-                   warm_start: Path | None = None) -> EvalReport:
+                   warm_start: Path | None = None, resume: bool = False) -> EvalReport:
     """Train every plan, pick each run's best validated checkpoint, measure all on test traces in ``cfg``.
 
     ``warm_start``: also measure this checkpoint as it is (row ``warm-start``, no training).
+    ``resume``: runs whose checkpoint exists continue from it (finished ones are only read back).
     """
-    records = train_all(plans, workers, progress)
+    records = train_all([replace(p, resume=resume) for p in plans], workers, progress)
     test_seeds = seedsets.test(test_traces)
     specs = {r.name: f"dl2:{r.best}" for r in records}
     if warm_start is not None:
@@ -325,13 +352,13 @@ def train_and_test(cfg: ExperimentConfig, plans: Sequence[RunPlan], reference: s
 
 def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: RLOptions, test_traces: int,
              out_dir: Path, workers: int = 2, progress: Progress | None = None,
-             seeds: int = 1, variants: Sequence[str] | None = None) -> EvalReport:
+             seeds: int = 1, variants: Sequence[str] | None = None, resume: bool = False) -> EvalReport:
     """Table 2 plus the zero-advantage control: ``full`` and one variant per entry of :data:`ABLATIONS`
     (for ``algo="improve"`` or ``"counterfactual"``: :data:`IMPROVE_ABLATIONS`), same init and updates,
     training seeds
     ``seed .. seed+seeds-1``, and the warm start itself; runs are named ``VARIANT`` (one seed) or
     ``VARIANT@SEED``, the reference is ``full`` of the first seed. ``variants``: a subset (``full``
-    is always run)."""
+    is always run). ``resume``: continue (or read back) the runs already in ``out_dir``."""
     full = replace(opts, critic=True, exploration=True, replay=True, zero_advantage=False)
     names = IMPROVE_ABLATIONS if opts.algo in ("improve", "counterfactual") else tuple(ABLATIONS)
     if variants is not None:
@@ -343,7 +370,7 @@ def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: R
                      out_dir / f"{_seeded(name, s, seeds)}.pt")
              for s in range(seed, seed + seeds) for name in names]
     return train_and_test(cfg, plans, _seeded("full", seed, seeds), test_traces, workers, progress,
-                          warm_start=init)
+                          warm_start=init, resume=resume)
 
 
 def _seeded(name: str, seed: int, seeds: int) -> str:

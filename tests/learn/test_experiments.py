@@ -126,6 +126,25 @@ def test_ablation_variant_subset_always_runs_full(sl_ckpt, tmp_path):
         ex.ablation(TINY, sl_ckpt, 1, 0, OPTS, 1, tmp_path, workers=1, variants=["no-such"])
 
 
+def test_ablation_resume_reads_finished_runs_back_and_refuses_another_run(sl_ckpt, tmp_path):
+    first = ex.ablation(TINY, sl_ckpt, 2, 0, OPTS, 1, tmp_path, workers=1, variants=["zero-advantage"])
+    stamp = {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("*.pt")}
+    again = ex.ablation(TINY, sl_ckpt, 2, 0, OPTS, 1, tmp_path, workers=1, variants=["zero-advantage"],
+                        resume=True)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("*.pt")} == stamp  # nothing retrained
+    assert [r["test_avg_jct"] for r in again.rows] == [r["test_avg_jct"] for r in first.rows]
+    assert [r["best_update"] for r in again.rows] == [r["best_update"] for r in first.rows]
+    # one more update continues each run from its checkpoint
+    more = ex.ablation(TINY, sl_ckpt, 3, 0, OPTS, 1, tmp_path, workers=1, variants=["zero-advantage"],
+                       resume=True)
+    assert json.loads((tmp_path / "full.json").read_text())["updates"] == 3
+    assert len(more.rows) == 3
+    # another seed or other options in the same folder: refused, naming what differs
+    with pytest.raises(UserError, match=r"--resume: .*full.pt was trained with options="):
+        ex.ablation(TINY, sl_ckpt, 2, 0, replace(OPTS, val_every=2), 1, tmp_path, workers=1,
+                    variants=["zero-advantage"], resume=True)
+
+
 def test_ablation_over_seeds_with_the_improve_algorithm(sl_ckpt, tmp_path):
     opts = replace(OPTS, algo="improve")
     report = ex.ablation(TINY, sl_ckpt, 1, 5, opts, 1, tmp_path, workers=1, seeds=2)
