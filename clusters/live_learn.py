@@ -45,6 +45,7 @@ from dl2ray.learn.rollout import SlotRecord, to_batch
 from dl2ray.policy.decision import PolicyChooser, run_decision
 from dl2ray.policy.encoding import Encoding, encode_window
 from dl2ray.policy.network import NumpyPolicy, load_checkpoint
+from dl2ray.policy.shape_net import checkpoint_arch
 from dl2ray.view import Allocation, ClusterView
 
 log = logging.getLogger(__name__)

@@ -131,7 +131,9 @@ def _check_same_run(plan: RunPlan) -> None:
     try:
         doc = json.loads(meta.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise UserError(f"--resume: {meta}: cannot read the run's record ({e}); remove {plan.out} to start over")
+        raise UserError(f"--resume: {meta}: cannot read the run's record ({e}); "
+                        f"remove {plan.out} to start over") from None
+
     def where(init) -> str | None:
         return None if init is None else str(Path(init).resolve())
 
