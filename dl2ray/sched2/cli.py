@@ -16,7 +16,9 @@ def train_sched2(
     config: Annotated[Path, typer.Option("--config", "-c", help="gang-mode experiment YAML")] = Path(
         "configs/sched2.yaml"
     ),
-    episodes: Annotated[int, typer.Option(min=1, help="training traces (one episode each)")] = 40,
+    episodes: Annotated[
+        int, typer.Option(min=0, help="training traces (one episode each); 0 only with --warm-start")
+    ] = 40,
     window: Annotated[int, typer.Option(min=1, help="J: waiting jobs the agent chooses from")] = 10,
     lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate")] = 5e-4,
     gamma: Annotated[float, typer.Option(min=0.0, max=1.0, help="discount per decision")] = 0.99,
@@ -29,12 +31,31 @@ def train_sched2(
     val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 2,
     eval_every: Annotated[int, typer.Option(min=1, help="validate every this many episodes")] = 5,
     seed: Annotated[int, typer.Option(help="network init, exploration and replay seed")] = 0,
+    eps_start: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="initial ε (default 1.0; 0.1 with --warm-start)"),
+    ] = None,
+    warm_start: Annotated[
+        str | None,
+        typer.Option(help="imitate this baseline first (saf, sif, lrf, spf, fifo-gang); default: none"),
+    ] = None,
+    sl_epochs: Annotated[int, typer.Option(min=1, help="imitation epochs (with --warm-start)")] = 30,
+    sl_traces: Annotated[int, typer.Option(min=1, help="training traces the teacher is recorded on")] = 4,
+    td_weight: Annotated[
+        float, typer.Option(min=0.0, help="λ_TD: weight of the TD loss during imitation (0: margin only)")
+    ] = 1.0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
-    """SCHED²: DQN (ε-greedy, prioritised replay, target network) over job selection in gang mode."""
+    """SCHED²: DQN (ε-greedy, prioritised replay, target network) over job selection in gang mode,
+    optionally warm-started by imitating a baseline (``--warm-start saf``)."""
     from dl2ray.config import load_config
     from dl2ray.sched2.dqn import DQNSettings, train
+    from dl2ray.sched2.imitation import TEACHERS, ImitationSettings
 
+    if warm_start is not None and warm_start not in TEACHERS:
+        raise UserError(f"--warm-start: unknown teacher {warm_start!r} (one of {', '.join(TEACHERS)})")
+    if episodes == 0 and warm_start is None:
+        raise UserError("--episodes 0 trains nothing without --warm-start")
     cfg = load_config(config)
     if cfg.gang is None or cfg.gang.workload != "philly":
         raise UserError(
@@ -52,14 +73,28 @@ def train_sched2(
         eval_every=eval_every,
         seed=seed,
         train_jobs=jobs,
+        eps_start=eps_start if eps_start is not None else (1.0 if warm_start is None else 0.1),
+    )
+    warm = (
+        None
+        if warm_start is None
+        else ImitationSettings(
+            teacher=warm_start, epochs=sl_epochs, traces=sl_traces, td_weight=td_weight, gamma=gamma
+        )
     )
 
     def show(row: dict) -> None:
         if not json_out:
             typer.echo(json.dumps(row), err=True)
 
-    log = train(cfg, st, out, on_episode=show)
-    doc = {"out": str(out), "config": cfg.name, "best": log.best, "episodes": log.rows}
+    log = train(cfg, st, out, on_episode=show, warm=warm)
+    doc = {
+        "out": str(out),
+        "config": cfg.name,
+        "best": log.best,
+        "imitation": log.imitation,
+        "episodes": log.rows,
+    }
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if json_out:
         print(json.dumps({"out": str(out), "best": log.best}))

@@ -16,6 +16,11 @@ same frozen slot, or at the next event), ``done`` at the end of the episode (a t
 
 Traces: training seeds (:mod:`dl2ray.learn.seeds`) for episodes, validation seeds to pick the
 checkpoint (lowest censored average JCT of the greedy policy), never test seeds.
+
+Warm start (``warm``, :mod:`dl2ray.sched2.imitation`): before the first episode the online net
+imitates a baseline on its own training traces (the seeds after the episodes'), the target net
+copies it, the replay starts with the teacher's transitions, and the imitated net is validated
+and saved as "episode −1", so ``episodes = 0`` ships the imitation as it is.
 """
 
 from __future__ import annotations
@@ -111,6 +116,7 @@ class DQNSettings:
 class TrainLog:
     rows: list[dict] = field(default_factory=list)
     best: dict = field(default_factory=dict)
+    imitation: list[dict] = field(default_factory=list)
 
 
 def evaluate(cfg, shape, weights, seeds) -> float:
@@ -195,8 +201,29 @@ class Learner:
         return {k: v.detach().numpy().copy() for k, v in self.net.state_dict().items()}
 
 
-def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
-    """Train, write the best-on-validation checkpoint to ``out_path``; returns the log."""
+def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) -> list[dict]:
+    """Imitate ``warm.teacher`` into ``lr.net`` (module docstring); returns the epoch rows."""
+    from dl2ray.learn import seeds
+    from dl2ray.sched2.imitation import imitate, record_demos
+
+    train_demos = record_demos(train_cfg, lr.shape, warm.teacher, seeds.training(warm.traces, st.episodes))
+    val_demos = record_demos(cfg, lr.shape, warm.teacher, seeds.validation(st.val_traces))
+    rows = imitate(lr.net, train_demos, val_demos, warm, st.seed, on_epoch=on_row)
+    lr.target.load_state_dict(lr.net.state_dict())
+    d = train_demos
+    for i in range(min(len(d), st.buffer)):
+        lr.replay.add(d.s[i], d.m[i], d.a[i], d.r[i], d.s2[i], d.m2[i], d.d[i])
+    for row in rows:
+        row.update(demos=len(train_demos), val_demos=len(val_demos))
+    return rows
+
+
+def train(cfg, st: DQNSettings, out_path, on_episode=None, warm=None) -> TrainLog:
+    """Train, write the best-on-validation checkpoint to ``out_path``; returns the log.
+
+    ``warm``: an :class:`~dl2ray.sched2.imitation.ImitationSettings` to start from (None: from
+    the random initialisation, as before).
+    """
     import torch
 
     from dl2ray.experiments import build_simulator
@@ -218,6 +245,30 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
     log = TrainLog()
     best = float("inf")
     t0 = time.time()
+
+    def keep_if_best(val_jct: float, episode: int) -> None:
+        nonlocal best
+        if val_jct < best:
+            best = val_jct
+            log.best = {
+                "settings": st.__dict__,
+                "warm_start": None if warm is None else warm.__dict__,
+                "imitation": log.imitation[-1] if log.imitation else None,
+                "episode": episode,
+                "val_jct": best,
+                "val_seeds": val_seeds,
+                "config": cfg.name,
+            }
+            save_checkpoint(out_path, lr.net, log.best)
+
+    if warm is not None:
+        log.imitation = warm_start(lr, cfg, train_cfg, st, warm, on_row=on_episode)
+        row = {"episode": -1, "seconds": time.time() - t0}
+        row["val_jct"] = evaluate(cfg, shape, lr.weights(), val_seeds)
+        keep_if_best(row["val_jct"], -1)
+        log.rows.append(row)
+        if on_episode:
+            on_episode(row)
     for ep in range(st.episodes):
         frac = min(ep / max(1.0, st.eps_fraction * st.episodes), 1.0)
         lr.eps = max(st.eps_end, st.eps_start + (st.eps_end - st.eps_start) * frac)
@@ -242,16 +293,7 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None) -> TrainLog:
         }
         if (ep + 1) % st.eval_every == 0 or ep == st.episodes - 1:
             row["val_jct"] = evaluate(cfg, shape, lr.weights(), val_seeds)
-            if row["val_jct"] < best:
-                best = row["val_jct"]
-                log.best = {
-                    "settings": st.__dict__,
-                    "episode": ep,
-                    "val_jct": best,
-                    "val_seeds": val_seeds,
-                    "config": cfg.name,
-                }
-                save_checkpoint(out_path, lr.net, log.best)
+            keep_if_best(row["val_jct"], ep)
         log.rows.append(row)
         if on_episode:
             on_episode(row)

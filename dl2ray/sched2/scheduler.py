@@ -8,6 +8,8 @@ until ϕ or until nothing more fits. Running jobs are re-emitted where they are.
 ``choose(state, mask) -> action`` picks actions (greedy on the numpy Q-network for
 ``sched2:PATH``; ε-greedy while training); ``record(state, mask, action, reward)``, when
 given, sees every decision step (the DQN trainer builds transitions from it).
+:meth:`Sched2Scheduler.pick` is the one place an action is chosen; a teacher that needs the
+jobs behind the state (:class:`dl2ray.sched2.imitation.TeacherScheduler`) overrides it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from dl2ray.gang import keep_running, running, usage_of
 from dl2ray.sched2.baselines import Profile
 from dl2ray.sched2.state import Sched2Shape, busy_gpus, effectiveness, encode, waiting_jobs
-from dl2ray.view import Allocation, ClusterView, Tasks
+from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
 
 Choose = Callable[[np.ndarray, np.ndarray], int]
 Record = Callable[[np.ndarray, np.ndarray, int, float], None]
@@ -47,6 +49,17 @@ class Sched2Scheduler:
     def reset(self, seed: int) -> None:
         self._seen = None
 
+    def pick(
+        self,
+        view: ClusterView,
+        waiting: list[JobView],
+        places: list[JobPlacement | None],
+        state: np.ndarray,
+        mask: np.ndarray,
+    ) -> int:
+        """The action for ``state`` (window = ``waiting[:J]``, their placements ``places``)."""
+        return int(self.choose(state, mask))
+
     def decide(self, view: ClusterView) -> Allocation:
         tasks, placement, free = keep_running(view)
         ids = frozenset(j.job_id for j in view.jobs)
@@ -61,7 +74,7 @@ class Sched2Scheduler:
             state, mask, places = encode(view, self.shape, self.profile, free, busy, waiting)
             if not mask[:-1].any():
                 break
-            action = int(self.choose(state, mask))
+            action = self.pick(view, waiting, places, state, mask)
             if not mask[action]:
                 raise ValueError(f"sched2: action {action} is masked")
             if action == self.shape.window:

@@ -106,3 +106,80 @@ def test_cli_refuses_a_dl2_config(capsys, tmp_path):
         capsys, "train", "sched2", "--out", str(tmp_path / "x.pt"), "-c", str(CONFIGS / "testbed.yaml")
     )
     assert code == 2 and "gang-mode" in err and len(err.strip().splitlines()) == 1
+
+
+# --- warm start: imitation of a baseline (dl2ray.sched2.imitation) ---
+
+# All arrive at slot 0 and fit one 4-GPU server each, so SAF's key is the ideal time:
+# (type, arrival slot, ideal seconds, GPUs)
+SAF_CASE = [(0, 0, 600.0, 2), (1, 0, 300.0, 4), (2, 0, 900.0, 1), (3, 0, 200.0, 4), (4, 0, 400.0, 3)]
+
+
+def test_teacher_labels_are_what_saf_does_by_hand(sched2_cfg):
+    from dl2ray.sched2.baselines import factory
+    from dl2ray.sched2.imitation import TeacherScheduler
+    from dl2ray.sim import run_episode
+
+    shape = Sched2Shape.from_config(sched2_cfg, window=8)
+    trace = gang_trace(sched2_cfg.catalogue, SAF_CASE)
+    steps: list[tuple] = []
+    teacher = TeacherScheduler(sched2_cfg, shape, "saf", record=lambda s, m, a, r: steps.append((a, r)))
+    got = run_episode(build_simulator(sched2_cfg, trace), teacher, 0)
+    # 12 free GPUs: job 3 (200 s) is window index 3; then among [0, 1, 2, 4] job 1 (300 s) is
+    # index 1; among [0, 2, 4] job 4 (400 s, 3 GPUs) is index 2; 1 GPU left: only job 2 (index 1)
+    assert [a for a, _ in steps[:4]] == [3, 1, 2, 1]
+    # nothing waited, each ran at its best locality: effectiveness 1
+    assert [r for _, r in steps[:4]] == pytest.approx([1.0] * 4)
+    # with the window holding every job the teacher is SAF itself: same completion times
+    saf = run_episode(build_simulator(sched2_cfg, trace), factory("saf")(None, sched2_cfg), 0)
+    assert got.jct == pytest.approx(saf.jct)
+
+
+def test_demos_chain_into_replay_transitions(sched2_cfg):
+    from dl2ray.learn import seeds
+    from dl2ray.sched2.imitation import record_demos
+
+    cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 20})})
+    shape = Sched2Shape.from_config(cfg, window=4)
+    d = record_demos(cfg, shape, "saf", seeds.training(2))
+    assert d.s.shape == (len(d), shape.state_dim) and d.m.shape == (len(d), shape.actions)
+    assert d.m[np.arange(len(d)), d.a].all()  # the teacher only takes allowed actions
+    assert d.d.sum() == 2 and d.d[-1]  # one terminal per trace
+    ends = np.flatnonzero(~d.d)
+    assert np.array_equal(d.s2[ends], d.s[ends + 1])  # s' is the next decision's state
+
+
+def test_imitation_makes_the_greedy_policy_follow_the_teacher(sched2_cfg, tmp_path):
+    from dataclasses import fields
+
+    from dl2ray.learn import seeds
+    from dl2ray.sched2.dqn import DQNSettings, train
+    from dl2ray.sched2.imitation import Demos, ImitationSettings, accuracy, record_demos
+
+    cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 40})})
+    st = DQNSettings(episodes=0, window=4, val_traces=2, seed=0)
+    warm = ImitationSettings(teacher="saf", epochs=30, traces=20, td_weight=0.0, lr=3e-3, batch=32)
+    log = train(cfg, st, tmp_path / "w.pt", warm=warm)
+    assert log.best["episode"] == -1 and (tmp_path / "w.pt").is_file()
+    assert log.imitation[-1]["val_acc"] >= 0.85, log.imitation[-1]
+    # the saved checkpoint, run greedily in numpy, agrees with SAF on held-out states, also on
+    # those with a real choice (≥ 3 allowed actions), where an untrained network mostly does not
+    from dl2ray.sched2.qnet import read_checkpoint
+
+    shape, weights, _ = read_checkpoint(tmp_path / "w.pt")
+    val = record_demos(cfg, shape, "saf", seeds.validation(2))
+    choice = val.m.sum(axis=1) >= 3
+    hard = Demos(*(getattr(val, f.name)[choice] for f in fields(Demos)))
+    assert len(hard) >= 20
+    assert accuracy(NumpyQNet(shape, weights).q(val.s), val) >= 0.85
+    assert accuracy(NumpyQNet(shape, weights).q(hard.s), hard) >= 0.75
+    fresh = build_qnet(shape, seed=0)
+    untrained = NumpyQNet(shape, {k: v.detach().numpy() for k, v in fresh.state_dict().items()})
+    assert accuracy(untrained.q(hard.s), hard) < 0.6
+
+
+def test_cli_refuses_an_unknown_teacher(capsys, tmp_path):
+    from support import run_cli
+
+    code, _, err = run_cli(capsys, "train", "sched2", "--out", str(tmp_path / "x.pt"), "--warm-start", "dsif")
+    assert code == 2 and "--warm-start" in err and len(err.strip().splitlines()) == 1
