@@ -18,7 +18,8 @@ Traces: training seeds (:mod:`dl2ray.learn.seeds`) for episodes, validation seed
 checkpoint (lowest censored average JCT of the greedy policy), never test seeds.
 
 Warm start (``warm``, :mod:`dl2ray.sched2.imitation`): before the first episode the online net
-imitates a baseline on its own training traces (the seeds after the episodes'), the target net
+imitates a baseline on its own training traces (training seeds from offset
+:data:`DEMO_OFFSET`, so never an episode's trace and the same for any ``episodes``), the target net
 copies it, the replay starts with the teacher's transitions, and the imitated net is validated
 and saved as "episode −1", so ``episodes = 0`` ships the imitation as it is.
 """
@@ -110,6 +111,10 @@ class DQNSettings:
     seed: int = 0
     train_jobs: int | None = None
     """Jobs per training trace (None: the config's ``workload.num_jobs``); validation keeps the config's."""
+
+
+DEMO_OFFSET = 500_000
+"""Training-seed offset of the traces the warm-start teacher is recorded on."""
 
 
 @dataclass
@@ -206,7 +211,7 @@ def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) 
     from dl2ray.learn import seeds
     from dl2ray.sched2.imitation import imitate, record_demos
 
-    train_demos = record_demos(train_cfg, lr.shape, warm.teacher, seeds.training(warm.traces, st.episodes))
+    train_demos = record_demos(train_cfg, lr.shape, warm.teacher, seeds.training(warm.traces, DEMO_OFFSET))
     val_demos = record_demos(cfg, lr.shape, warm.teacher, seeds.validation(st.val_traces))
     rows = imitate(lr.net, train_demos, val_demos, warm, st.seed, on_epoch=on_row)
     lr.target.load_state_dict(lr.net.state_dict())
