@@ -92,12 +92,17 @@ class JobView:
         """Fraction of the declared epochs done, in [0, ∞)."""
         return self.done_epochs / self.est_epochs
 
-    def observed_speed(self) -> float | None:
-        """Epochs per second in the most recent slot that trained, or None."""
+    def last_trained(self) -> Observation | None:
+        """The most recent observation of a slot that trained (epochs and seconds > 0), or None."""
         for obs in reversed(self.history):
             if obs.epochs > 0 and obs.seconds > 0:
-                return obs.epochs / obs.seconds
+                return obs
         return None
+
+    def observed_speed(self) -> float | None:
+        """Epochs per second in the most recent slot that trained, or None."""
+        obs = self.last_trained()
+        return None if obs is None else obs.epochs / obs.seconds
 
 
 @dataclass(frozen=True, slots=True)

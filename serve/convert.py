@@ -181,8 +181,8 @@ def _node_runs(capacity: np.ndarray, free: np.ndarray) -> list[NodeState]:
 def _observations(job, history: bool | str) -> tuple:
     """The observations of ``job`` that :func:`from_view` sends."""
     if history == "last":
-        trained = [o for o in job.history if o.epochs > 0 and o.seconds > 0]
-        return tuple(trained[-1:])
+        last = job.last_trained()
+        return () if last is None else (last,)
     return job.history if history else ()
 
 

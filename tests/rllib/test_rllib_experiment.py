@@ -144,14 +144,19 @@ def test_exported_policy_is_the_rllib_module(trained) -> None:
     assert int(np.argmax(rllib_logits)) == int(np.argmax(np.where(mask, ours, -np.inf)))
 
 
-def test_compare_runs_the_exported_policy_in_worker_processes(trained, capsys) -> None:
-    out, _ = trained
+def _assert_compare_runs(capsys, out: Path) -> None:
+    """`dl2ray compare` runs the export ``rllib:OUT`` in worker processes on 2 test traces (4 jobs)."""
     code, stdout, err = run_cli(capsys, "compare", "--config", str(TINY), "--schedulers", f"drf,rllib:{out}",
                                 "--traces", "2", "--seed", "3000000", "--processes", "2", "--no-references",
                                 "--json")
     assert code == 0, err
     rows = {r["scheduler"]: r for r in json.loads(stdout)["results"]}
     assert rows[f"rllib:{out}"]["jobs"] == 4
+
+
+def test_compare_runs_the_exported_policy_in_worker_processes(trained, capsys) -> None:
+    out, _ = trained
+    _assert_compare_runs(capsys, out)
 
 
 @pytest.mark.parametrize(("algo", "why"), [("dqn", "Q-function"), ("sac", "Q-networks"), ("bc", "offline"),
@@ -230,12 +235,7 @@ def test_appo_and_impala_train_validate_and_export_for_compare(trained_async, ca
     assert (out / "rllib" / "algorithm_state.pkl").is_file()
     extra = read_checkpoint_doc(out / "policy.pt")["extra"]
     assert extra["kind"] == "rllib" and extra["algo"] == algo and extra["iteration"] == doc["best_iteration"]
-    code, stdout, err = run_cli(capsys, "compare", "--config", str(TINY), "--schedulers", f"drf,rllib:{out}",
-                                "--traces", "2", "--seed", "3000000", "--processes", "2", "--no-references",
-                                "--json")
-    assert code == 0, err
-    rows = {r["scheduler"]: r for r in json.loads(stdout)["results"]}
-    assert rows[f"rllib:{out}"]["jobs"] == 4
+    _assert_compare_runs(capsys, out)
 
 
 def test_appo_learner_keeps_a_target_copy_of_the_policy(trained_async) -> None:
