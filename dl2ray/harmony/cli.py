@@ -19,7 +19,7 @@ def train_harmony(
         "configs/harmony.yaml"
     ),
     episodes: Annotated[int, typer.Option(min=1, help="actor-critic training traces")] = 30,
-    rm_traces: Annotated[int, typer.Option(min=1, help="training traces logged for the reward model")] = 4,
+    rm_traces: Annotated[int, typer.Option(min=1, help="training traces logged for the reward model")] = 30,
     ablation: Annotated[str, typer.Option(help=f"one of {', '.join(ABLATIONS)}")] = "none",
     eval_every: Annotated[int, typer.Option(min=1, help="validate every this many episodes")] = 3,
     seed: Annotated[int, typer.Option(help="network init, exploration and replay seed")] = 0,
@@ -27,14 +27,24 @@ def train_harmony(
         Path | None,
         typer.Option(help="reuse the reward model of this harmony checkpoint instead of training one"),
     ] = None,
+    warm_start: Annotated[
+        str, typer.Option(help="imitate this baseline before actor-critic: none, lif-linear or lb-place")
+    ] = "none",
+    imitation_traces: Annotated[int, typer.Option(min=1, help="training traces for the warm start")] = 30,
+    val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 6,
+    rm_steps: Annotated[int, typer.Option(min=1, help="reward-model Adam steps (minibatches of 512)")] = 8000,
+    eps_start: Annotated[float, typer.Option(min=0.0, max=1.0, help="initial ε of exploration")] = 0.3,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Harmony: reward-prediction model on logged placements, then actor-critic placement."""
     from dl2ray.config import load_config
+    from dl2ray.harmony.imitate import TEACHERS
     from dl2ray.harmony.train import HarmonySettings, train
 
     if ablation not in ABLATIONS:
         raise UserError(f"--ablation: {ablation!r}; choose from {list(ABLATIONS)}")
+    if warm_start not in ("none", *TEACHERS):
+        raise UserError(f"--warm-start: {warm_start!r}; choose from {['none', *TEACHERS]}")
     cfg = load_config(config)
     if cfg.gang is None or cfg.gang.workload != "synthetic" or cfg.speed.model != "measured":
         raise UserError(
@@ -45,7 +55,16 @@ def train_harmony(
         raise UserError(f"--out: {out}: expected a .pt checkpoint path")
     out.parent.mkdir(parents=True, exist_ok=True)
     st = HarmonySettings(
-        episodes=episodes, rm_traces=rm_traces, ablation=ablation, eval_every=eval_every, seed=seed
+        episodes=episodes,
+        rm_traces=rm_traces,
+        rm_steps=rm_steps,
+        ablation=ablation,
+        eval_every=eval_every,
+        seed=seed,
+        warm_start=warm_start,
+        eps_start=eps_start,
+        imitation_traces=imitation_traces,
+        val_traces=val_traces,
     )
 
     def show(row: dict) -> None:

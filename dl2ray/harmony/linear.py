@@ -24,9 +24,10 @@ from dl2ray.speed import spread_layout
 class Logged:
     """Arrays over logged (job, slot) samples: ``type`` (S,), ``size`` (S, 2) workers/PS,
     ``mean_foreign``/``max_foreign`` (S, L), ``layout`` (S, 3) (:func:`layout_features`),
-    ``slowdown`` (S,) in (0, 1] (observed / isolated at the same placement) and ``speed`` (S,):
+    ``slowdown`` (S,) in (0, 1] (observed / isolated at the same placement), ``speed`` (S,):
     observed / the speed of the same job with every task on a node of its own and no
-    interference (what the reward model predicts)."""
+    interference (what the reward model predicts), and ``features`` (S, F): the reward model's
+    input (:func:`dl2ray.harmony.nets.rm_features`; None where not logged)."""
 
     type: np.ndarray
     size: np.ndarray
@@ -35,13 +36,15 @@ class Logged:
     layout: np.ndarray
     slowdown: np.ndarray
     speed: np.ndarray
+    features: np.ndarray | None = None
 
     def take(self, idx) -> Logged:
         return Logged(
             *(
                 getattr(self, f)[idx]
                 for f in ("type", "size", "mean_foreign", "max_foreign", "layout", "slowdown", "speed")
-            )
+            ),
+            None if self.features is None else self.features[idx],
         )
 
     def __len__(self) -> int:
@@ -64,9 +67,10 @@ def layout_features(worker_nodes, ps_nodes) -> np.ndarray:
 def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
     """Run every scheduler on every seed's trace and log each (job, full slot) sample."""
     from dl2ray.experiments import build_simulator
+    from dl2ray.harmony.nets import max_nodes
     from dl2ray.schedulers.base import make_scheduler
 
-    L = len(cfg.catalogue)
+    L, K = len(cfg.catalogue), max_nodes(cfg)
     rows: list[tuple] = []
     for name in schedulers:
         for seed in seeds:
@@ -78,7 +82,7 @@ def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
             while not sim.done:
                 alloc = sched.decide(view)
                 step = sim.step(alloc)
-                rows += _samples(sim, alloc, step, L)
+                rows += _samples(sim, alloc, step, L, K)
                 view = step.view
     t = np.array([r[0] for r in rows], np.int64)
     return Logged(
@@ -89,17 +93,20 @@ def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
         np.array([r[4] for r in rows]).reshape(-1, 3),
         np.array([r[5] for r in rows], np.float64),
         np.array([r[6] for r in rows], np.float64),
+        np.array([r[7] for r in rows], np.float64).reshape(len(rows), -1),
     )
 
 
-def _samples(sim, alloc, step, L: int) -> list[tuple]:
+def _samples(sim, alloc, step, L: int, K: int) -> list[tuple]:
+    from dl2ray.harmony.nets import rm_features
+
     placement = alloc.placement or {}
-    counts: dict[int, np.ndarray] = {}
+    counts = np.zeros((len(sim.capacity), L))
     jobs = {**sim.jobs, **sim.finished}
     for j, pl in placement.items():
         ti = jobs[j].type_index
         for node in (*pl.worker_nodes, *pl.ps_nodes):
-            counts.setdefault(node, np.zeros(L))[ti] += 1
+            counts[node, ti] += 1
     out = []
     slot_s = sim.cfg.sim.slot_seconds
     for j, pl in placement.items():
@@ -129,6 +136,7 @@ def _samples(sim, alloc, step, L: int) -> list[tuple]:
                 layout_features(pl.worker_nodes, pl.ps_nodes),
                 observed / iso,
                 observed / spread,
+                rm_features(job.type_index, pl.worker_nodes, pl.ps_nodes, counts, K),
             )
         )
     return out

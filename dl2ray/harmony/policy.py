@@ -15,7 +15,8 @@ are placed one action at a time:
   normalised speed of the new job plus the predicted change of every job sharing a server
   with it: ``R = ŷ_new + Σ_k (ŷ_k,after − ŷ_k,before)``.
 
-``choose(state, mask, hint) -> action`` picks actions (``hint``: the load-balancing and the
+``choose(state, mask, hint) -> action`` picks actions (``-1``: leave the job waiting, rolled back;
+an imitation teacher uses it where its baseline gives up a job; ``hint``: the load-balancing and the
 bin-packing action, for ε-greedy exploration); ``record(state, mask, action)`` sees each
 step and ``finish(job_id, reward)`` each placed job; ``rollback()`` says the steps since the last
 ``finish`` were undone.
@@ -29,7 +30,6 @@ import numpy as np
 
 from dl2ray.gang import keep_running
 from dl2ray.harmony.baselines import lb_score, load_of, place_job
-from dl2ray.harmony.linear import layout_features
 from dl2ray.harmony.nets import rm_features
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
 
@@ -45,10 +45,10 @@ def dims(servers: int, types: int) -> tuple[int, int, int]:
 class Placed:
     """Jobs on the cluster this slot: type and nodes, and per-node task counts by type."""
 
-    def __init__(self, servers: int, types: int) -> None:
+    def __init__(self, servers: int, types: int, max_nodes: int = 8) -> None:
         self.jobs: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
         self.counts = np.zeros((servers, types))
-        self.types = types
+        self.types, self.max_nodes = types, max_nodes
 
     def add(self, job_id: int, t: int, wn, pn) -> None:
         self.jobs[job_id] = (t, tuple(wn), tuple(pn))
@@ -61,15 +61,9 @@ class Placed:
             self.counts[node, t] -= 1
 
     def features(self, job_id: int) -> np.ndarray:
+        """The reward model's input for ``job_id`` as placed now (:func:`~.nets.rm_features`)."""
         t, wn, pn = self.jobs[job_id]
-        nodes = (*wn, *pn)
-        foreign = []
-        for node in nodes:
-            row = self.counts[node].copy()
-            row[t] -= sum(1 for x in nodes if x == node)
-            foreign.append(row)
-        f = np.array(foreign)
-        return rm_features(t, (len(wn), len(pn)), f.mean(0), f.max(0), layout_features(wn, pn), self.types)
+        return rm_features(t, wn, pn, self.counts, self.max_nodes)
 
     def neighbours(self, job_id: int) -> list[int]:
         _, wn, pn = self.jobs[job_id]
@@ -107,6 +101,23 @@ def encode(
     return state, np.concatenate([fits_w, fits_p])
 
 
+def decode(state: np.ndarray, servers: int, types: int) -> dict[str, np.ndarray]:
+    """Inverse of :func:`encode`'s layout: ``free_share`` (M, 3) free / capacity, ``counts`` (M, L)
+    tasks of each type per server, ``own`` (M, 2), ``type`` (L,) one-hot, ``size`` (2,) and
+    ``left`` (2,) workers / PS (in tasks, not / 4)."""
+    sd, _, _ = dims(servers, types)
+    rows = np.asarray(state, np.float64)[: servers * sd].reshape(servers, sd)
+    job = np.asarray(state, np.float64)[servers * sd :]
+    return {
+        "free_share": rows[:, :3],
+        "counts": np.round(rows[:, 3 : 3 + types] * 4.0),
+        "own": np.round(rows[:, 3 + types :] * 4.0),
+        "type": job[:types],
+        "size": np.round(job[types : types + 2] * 4.0),
+        "left": np.round(job[types + 2 :] * 4.0),
+    }
+
+
 def hints(mask: np.ndarray, free: np.ndarray, cap: np.ndarray, left: tuple[int, int]) -> tuple[int, int]:
     """The load-balancing and the bin-packing action: the role with more tasks left (workers on a
     tie) on the least / most loaded allowed server."""
@@ -134,22 +145,24 @@ class HarmonyScheduler:
         record: Callable[[np.ndarray, np.ndarray, int], None] | None = None,
         finish: Callable[[int, float], None] | None = None,
         rollback: Callable[[], None] | None = None,
+        max_nodes: int = 8,
+        precheck: bool = True,
     ) -> None:
         self.choose, self.predict, self.record, self.finish = choose, predict, record, finish
-        self.rollback = rollback
+        self.rollback, self.max_nodes, self.precheck = rollback, max_nodes, precheck
 
     def decide(self, view: ClusterView) -> Allocation:
         tasks, placement, free = keep_running(view)
         cap = view.capacity
-        placed = Placed(view.num_nodes, len(view.catalogue))
+        placed = Placed(view.num_nodes, len(view.catalogue), self.max_nodes)
         types = {j.job_id: j.type_index for j in view.jobs}
         for j, pl in placement.items():
             placed.add(j, types[j], pl.worker_nodes, pl.ps_nodes)
         for job in view.jobs:
             if job.workers > 0 or job.fixed_tasks is None:
                 continue
-            if place_job(job, free, cap, placed.counts, lb_score) is None:
-                continue  # does not fit however placed: wait
+            if self.precheck and place_job(job, free, cap, placed.counts, lb_score) is None:
+                continue  # does not fit even by load balancing: wait
             pl = self._place(job, free, cap, placed)
             if pl is None:
                 continue
@@ -172,14 +185,16 @@ class HarmonyScheduler:
         steps = []
         while left[0] + left[1] > 0:
             state, mask = encode(job, free, cap, placed, own, (left[0], left[1]))
-            if not mask.any():
+            a = -1
+            if mask.any():
+                a = int(self.choose(state, mask, hints(mask, free, cap, (left[0], left[1]))))
+            if a == -1:
                 for node in (*wn, *pn):
                     placed.counts[node, job.type_index] -= 1
                 if self.rollback is not None:
                     self.rollback()
                 return None  # roll back: the job waits
-            a = int(self.choose(state, mask, hints(mask, free, cap, (left[0], left[1]))))
-            if not mask[a]:
+            if not 0 <= a < len(mask) or not mask[a]:
                 raise ValueError(f"harmony: action {a} is masked")
             steps.append((state, mask, a))
             role, node = divmod(a, m)

@@ -30,9 +30,10 @@ import numpy as np
 @dataclass(frozen=True)
 class HarmonySettings:
     episodes: int = 30
-    rm_traces: int = 4
+    rm_traces: int = 30
     rm_val_traces: int = 2
-    rm_epochs: int = 1500
+    rm_steps: int = 8000
+    rm_batch: int = 512
     lr: float = 1e-3
     entropy: float = 0.01
     eps_start: float = 0.3
@@ -40,41 +41,68 @@ class HarmonySettings:
     replay: int = 8192
     batch: int = 256
     updates_per_episode: int = 16
-    val_traces: int = 2
+    val_traces: int = 6
     eval_every: int = 3
     ablation: str = "none"
     seed: int = 0
+    warm_start: str = "none"
+    imitation_traces: int = 30
+    imitation_steps: int = 3000
 
 
-def train_reward_model(cfg, st: HarmonySettings):
-    """``(torch model, {"train_rel_error", "heldout_rel_error", "samples", ...})``."""
+def relative_errors(model, x, y) -> np.ndarray:
+    """Shape (S,): ``|ŷ − y| / y`` of the torch reward ``model`` on features ``x`` (S, F)."""
     import torch
 
-    from dl2ray.harmony.linear import FIT_SCHEDULERS, log_placements
-    from dl2ray.harmony.nets import build_reward_model, logged_features
-    from dl2ray.learn import seeds
+    with torch.no_grad():
+        out = []
+        for i in range(0, len(x), 8192):
+            out.append(model(torch.as_tensor(x[i : i + 8192], dtype=torch.float32))[:, 0].numpy())
+    pred = np.concatenate(out) if out else np.zeros(0)
+    return np.abs(pred - y) / y
 
-    L = len(cfg.catalogue)
-    train = log_placements(cfg, FIT_SCHEDULERS, seeds.training(st.rm_traces))
-    held = log_placements(cfg, FIT_SCHEDULERS, seeds.validation(st.rm_val_traces))
-    f32 = torch.float32
-    x, y = torch.as_tensor(logged_features(train, L), dtype=f32), torch.as_tensor(train.speed, dtype=f32)
-    xh, yh = torch.as_tensor(logged_features(held, L), dtype=f32), torch.as_tensor(held.speed, dtype=f32)
-    model = build_reward_model(x.shape[1], seed=st.seed)
+
+def fit_reward_model(x: np.ndarray, y: np.ndarray, types: int, max_nodes: int, st: HarmonySettings):
+    """The reward model fitted to features ``x`` (S, F) and normalised speeds ``y`` (S,) by the
+    mean relative error: ``st.rm_steps`` Adam steps (lr 3e-3, cosine to 0) on minibatches of
+    ``st.rm_batch`` drawn with the seed ``st.seed``."""
+    import torch
+
+    from dl2ray.harmony.nets import build_reward_model
+
+    model = build_reward_model(types, max_nodes, seed=st.seed)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(st.rm_epochs):
-        loss = (torch.abs(model(x)[:, 0] - y) / y).mean()
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(st.rm_steps, 1))
+    rng = np.random.default_rng([st.seed, 0x12E3])
+    xt, yt = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+    for _ in range(st.rm_steps):
+        idx = torch.from_numpy(rng.integers(0, len(x), size=min(st.rm_batch, len(x))))
+        loss = (torch.abs(model(xt[idx])[:, 0] - yt[idx]) / yt[idx]).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    with torch.no_grad():
-        tr = float((torch.abs(model(x)[:, 0] - y) / y).mean())
-        he = float((torch.abs(model(xh)[:, 0] - yh) / yh).mean())
-        p90 = float(torch.quantile(torch.abs(model(xh)[:, 0] - yh) / yh, 0.9))
+        sched.step()
+    return model
+
+
+def train_reward_model(cfg, st: HarmonySettings):
+    """``(torch model, {"train_rel_error", "heldout_rel_error", "heldout_rel_error_p90", ...})``:
+    fitted on placements of random / LB / Tetris logged on ``st.rm_traces`` training traces,
+    measured on the same schedulers' placements on ``st.rm_val_traces`` validation traces."""
+    from dl2ray.harmony.linear import FIT_SCHEDULERS, log_placements
+    from dl2ray.harmony.nets import max_nodes
+    from dl2ray.learn import seeds
+
+    train = log_placements(cfg, FIT_SCHEDULERS, seeds.training(st.rm_traces))
+    held = log_placements(cfg, FIT_SCHEDULERS, seeds.validation(st.rm_val_traces))
+    assert train.features is not None and held.features is not None
+    model = fit_reward_model(train.features, train.speed, len(cfg.catalogue), max_nodes(cfg), st)
+    tr = relative_errors(model, train.features, train.speed)
+    he = relative_errors(model, held.features, held.speed)
     return model, {
-        "train_rel_error": tr,
-        "heldout_rel_error": he,
-        "heldout_rel_error_p90": p90,
+        "train_rel_error": float(tr.mean()),
+        "heldout_rel_error": float(he.mean()),
+        "heldout_rel_error_p90": float(np.quantile(he, 0.9)),
         "samples": len(train),
         "heldout_samples": len(held),
         "train_seeds": seeds.training(st.rm_traces),
@@ -187,6 +215,7 @@ class ACLearner:
 def run_training_episode(cfg, learner: ACLearner, predict, seed: int) -> int:
     """One training trace; returns the number of placed jobs."""
     from dl2ray.experiments import build_simulator
+    from dl2ray.harmony.nets import max_nodes
     from dl2ray.harmony.policy import HarmonyScheduler
     from dl2ray.speed import spread_layout
 
@@ -197,7 +226,9 @@ def run_training_episode(cfg, learner: ACLearner, predict, seed: int) -> int:
         placed.append(job_id)
         learner.finish(job_id, None if no_rm else reward)
 
-    sched = HarmonyScheduler(learner.choose, predict, finish=finish, rollback=learner.drop_open)
+    sched = HarmonyScheduler(
+        learner.choose, predict, finish=finish, rollback=learner.drop_open, max_nodes=max_nodes(cfg)
+    )
     sim = build_simulator(cfg)
     view = sim.reset(seed)
     while not sim.done:
@@ -226,14 +257,38 @@ def evaluate(cfg, learner: ACLearner, seeds) -> float:
     return float(np.mean([censored_avg_jct(run_episode(build_simulator(cfg), sched, s)) for s in seeds]))
 
 
+def warm_start(cfg, st: HarmonySettings, learner: ACLearner, predict, train_seeds: list[int]) -> dict:
+    """Imitate the baseline ``st.warm_start`` (:mod:`dl2ray.harmony.imitate`) on ``train_seeds``;
+    accuracy on one validation trace not used for model selection."""
+    from dl2ray.harmony.imitate import accuracy, collect, imitate, teacher_choose
+    from dl2ray.learn import seeds
+
+    teacher = teacher_choose(st.warm_start, cfg)
+    data = collect(cfg, teacher, predict, train_seeds)
+    held = collect(cfg, teacher, predict, seeds.validation(1, offset=st.rm_val_traces + st.val_traces))
+    imitate(learner.net, data, st.imitation_steps, st.batch, st.lr, st.seed)
+    return {
+        "teacher": st.warm_start,
+        "steps": len(data[2]),
+        "train_accuracy": accuracy(learner.net, data),
+        "heldout_accuracy": accuracy(learner.net, held),
+        "train_seeds": train_seeds,
+    }
+
+
 def reuse_reward_model(path):
     """The reward model (torch) and its report from an earlier ``dl2ray train harmony`` checkpoint."""
     import torch
 
+    from dl2ray.errors import UserError
     from dl2ray.harmony.nets import build_reward_model
 
     ck = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_reward_model(ck["rm"]["0.weight"].shape[1])
+    if "node.0.weight" not in ck["rm"]:
+        raise UserError(f"--reward-model: {path}: an older reward-model format; train a new one")
+    node_in, base_in = ck["rm"]["node.0.weight"].shape[1], ck["rm"]["base.0.weight"].shape[1]
+    types = round(np.sqrt(1 + node_in)) - 1
+    model = build_reward_model(types, (base_in - types - 2) // 2)
     model.load_state_dict(ck["rm"])
     return model, {**ck["record"]["reward_model"], "reused_from": str(path)}
 
@@ -259,6 +314,15 @@ def train(cfg, st: HarmonySettings, out_path, on_row=None, rm_from=None) -> dict
     val = seeds.validation(st.val_traces, offset=st.rm_val_traces)
     best, rows = float("inf"), []
     record: dict = {"reward_model": rm_report, "settings": st.__dict__, "val_seeds": val, "config": cfg.name}
+    if st.warm_start != "none":
+        teach = seeds.training(st.imitation_traces, st.rm_traces + st.episodes)
+        row = warm_start(cfg, st, learner, predict, teach)
+        row["val_jct"] = best = evaluate(cfg, learner, val)
+        row["seconds"] = time.time() - t0
+        record.update({"imitation": row, "episode": -1, "val_jct": best})
+        save_checkpoint(out_path, learner.m, len(cfg.catalogue), rm, learner.net, record)
+        if on_row:
+            on_row({"imitation": row})
     for ep in range(st.episodes):
         if st.ablation != "no-explore":
             learner.eps = st.eps_start + (st.eps_end - st.eps_start) * ep / max(1, st.episodes - 1)

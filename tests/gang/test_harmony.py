@@ -13,7 +13,13 @@ from test_gang_sim import run_checked_ps
 from dl2ray.config import ClusterConfig, NodeGroup, load_config
 from dl2ray.experiments import build_simulator
 from dl2ray.harmony.linear import Logged, fit_linear
-from dl2ray.harmony.nets import NumpyPolicy, build_actor_critic
+from dl2ray.harmony.nets import (
+    NumpyPolicy,
+    build_actor_critic,
+    build_reward_model,
+    numpy_reward_model,
+    rm_features,
+)
 from dl2ray.harmony.policy import HarmonyScheduler, Placed, dims, encode, placement_reward
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.workload import JobSpec, sort_trace
@@ -94,9 +100,10 @@ def test_placement_reward_by_hand():
     placed.add(1, 0, (0,), (0,))
     placed.add(2, 1, (0,), (1,))
 
-    def predict(f):  # ŷ = 1 − 0.1 · (mean foreign tasks per task) from the features' mean block
-        mean_foreign = f[:, 4:6] * 4.0
-        return 1.0 - 0.1 * mean_foreign.sum(1)
+    def predict(f):  # ŷ = 1 − 0.1 · (mean foreign tasks per task), from the per-node rows
+        rows = f[:, 4:].reshape(len(f), 8, 4) * 4.0
+        tasks, foreign = rows[:, :, :2].sum(2), rows[:, :, 2:].sum(2)
+        return 1.0 - 0.1 * (tasks * foreign).sum(1) / tasks.sum(1)
 
     # job 2: its worker on node 0 meets 2 tasks of job 1, its PS on node 1 none -> mean 1 -> 0.9.
     # job 1 before: alone -> 1.0; after: each of its 2 tasks on node 0 meets 1 foreign -> 0.9
@@ -123,3 +130,67 @@ def test_numpy_policy_equals_torch():
     want = net(torch.from_numpy(x[None]))[0][0].detach().numpy()
     got = NumpyPolicy(m, sd, {k: v.detach().numpy() for k, v in net.state_dict().items()}).logits(x)
     assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_rm_features_by_hand():
+    # type 1 of 3; a worker on node 0 and a worker and a PS on node 2; node 0 also hosts 2 tasks of
+    # type 0 and one other type-1 task, node 2 one task of type 2
+    counts = np.array([[2.0, 2.0, 0.0], [5.0, 0.0, 0.0], [0.0, 2.0, 1.0]])
+    f = rm_features(1, (0, 2), (2,), counts, max_nodes=3)
+    job = [0, 1, 0, 2 / 4, 1 / 4]
+    node2 = [1, 1, 0, 0, 1]  # own workers, own PS, foreign tasks of types 0..2 (sorted first: most own)
+    node0 = [1, 0, 2, 1, 0]
+    assert f.tolist() == pytest.approx(job + [x / 4 for x in node2 + node0] + [0.0] * 5)
+
+
+def test_rm_features_keep_which_types_meet():
+    """Two placements with the same foreign task count per node but different foreign *types*
+    must look different to the reward model (interference depends on the type pair), while
+    relabelling the servers must not change anything."""
+    a = np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 0.0]])  # job of type 0 on node 0 with 2 type-1 tasks
+    b = np.array([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0]])  # ... with 2 type-2 tasks instead
+    fa, fb = rm_features(0, (0,), (), a, 2), rm_features(0, (0,), (), b, 2)
+    assert not np.allclose(fa, fb)
+    swapped = rm_features(0, (1,), (), a[::-1].copy(), 2)
+    assert swapped.tolist() == fa.tolist()
+    # per node, not pooled: foreign tasks split over two nodes differ from all on one node
+    one = rm_features(0, (0, 1), (), np.array([[1.0, 2.0, 0.0], [1.0, 0.0, 0.0]]), 2)
+    split = rm_features(0, (0, 1), (), np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]]), 2)
+    assert not np.allclose(one, split)
+
+
+def test_numpy_reward_model_equals_torch():
+    import torch
+
+    types, k = 3, 4
+    model = build_reward_model(types, k, seed=2)
+    rng = np.random.default_rng(1)
+    x = np.stack(
+        [
+            rm_features(int(rng.integers(3)), (0, 1), (int(rng.integers(4)),), rng.integers(1, 4, (4, 3)), k)
+            for _ in range(5)
+        ]
+    )
+    want = model(torch.as_tensor(x, dtype=torch.float32))[:, 0].detach().numpy()
+    got = numpy_reward_model({k_: v.detach().numpy() for k_, v in model.state_dict().items()})(x)
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("coef_seed", [None, 0, 1])
+def test_teacher_places_as_its_baseline(harmony_cfg, coef_seed):
+    """The imitation teacher, run through Harmony's one-task loop, gives the baseline's JCTs
+    (``None``: lb-place; else lif-linear's scoring with random coefficients)."""
+    from dl2ray.harmony.baselines import FifoPlacer, lb_score, linear_score
+    from dl2ray.harmony.imitate import linear_teacher
+
+    coef = np.zeros((8, 8)) if coef_seed is None else np.random.default_rng(coef_seed).random((8, 8))
+    base = FifoPlacer("b", lb_score if coef_seed is None else linear_score(coef))
+    teacher = HarmonyScheduler(linear_teacher(coef, 3), precheck=False)
+    rng = np.random.default_rng(5)
+    jobs = [
+        (int(rng.integers(8)), int(rng.integers(6)), 0.03, int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        for _ in range(12)
+    ]
+    trace = _trace(harmony_cfg.catalogue, jobs)
+    want = run_checked_ps(build_simulator(harmony_cfg, trace), base, 0)
+    assert run_checked_ps(build_simulator(harmony_cfg, trace), teacher, 0) == want
