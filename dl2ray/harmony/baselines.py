@@ -11,7 +11,11 @@ now (no head-of-line blocking). A task goes to the fitting node with the best sc
   type ``t`` on a node hosting ``n_{t'}`` foreign tasks of each type costs
   ``Σ_{t'} (c_{t,t'} + c_{t',t}) n_{t'}`` (:mod:`dl2ray.harmony.linear`), ties to lower load.
 
-All three need a gang-mode config; ``lif-linear`` fits its coefficients when built
+- ``pack-place`` (not one of Harmony's baselines; added because a job's own tasks never slow
+  each other here): the job's tasks fill the nodes in one order fixed when the job starts —
+  least loaded first — so a job sits on as few, as empty nodes as fit it.
+
+All need a gang-mode config; ``lif-linear`` fits its coefficients when built
 (on logged random placements of training traces, never on the test traces).
 """
 
@@ -97,13 +101,16 @@ class FifoPlacer:
     def __init__(self, name: str, score: Score) -> None:
         self.name, self.score = name, score
 
+    def _place_one(self, job: JobView, free: np.ndarray, cap: np.ndarray, counts: np.ndarray):
+        return place_job(job, free, cap, counts, self.score)
+
     def decide(self, view: ClusterView) -> Allocation:
         tasks, placement, free = keep_running(view)
         counts = task_type_counts(view, placement)
         for job in view.jobs:
             if job.workers > 0 or job.fixed_tasks is None:
                 continue
-            pl = place_job(job, free, view.capacity, counts, self.score)
+            pl = self._place_one(job, free, view.capacity, counts)
             if pl is None:
                 continue
             tasks[job.job_id] = Tasks(*job.fixed_tasks)
@@ -126,7 +133,7 @@ def _need_gang(cfg) -> None:
 
 
 def factory(name: str):
-    """Registry loader for ``lb-place``, ``tetris-place``, ``lif-linear`` and ``random-place``."""
+    """Registry loader for the placers named in the module docstring and ``random-place``."""
 
     def build(arg, cfg):
         _need_gang(cfg)
@@ -136,6 +143,8 @@ def factory(name: str):
             return FifoPlacer(name, tetris_score)
         if name == "random-place":
             return RandomPlacer(int(arg or 0))
+        if name == "pack-place":
+            return PackPlacer()
         from dl2ray.harmony.linear import fitted_coefficients
 
         return FifoPlacer(name, linear_score(fitted_coefficients(cfg)))
@@ -156,3 +165,22 @@ class RandomPlacer(FifoPlacer):
 
     def _random(self, t, d, free, cap, counts) -> np.ndarray:
         return self.rng.random(len(free))
+
+
+class PackPlacer(FifoPlacer):
+    """``pack-place``: nodes ranked by load when the job starts; each task on the first fitting one."""
+
+    def __init__(self) -> None:
+        super().__init__("pack-place", lb_score)
+
+    rank = np.zeros(0)
+
+    def _ranked(self, t, d, free, cap, counts) -> np.ndarray:
+        return self.rank
+
+    def _place_one(self, job, free, cap, counts):
+        # rank 0 = least loaded now (ties: lower index); place_job then fills in that order
+        order = np.argsort(load_of(free, cap), kind="stable")
+        self.rank = np.empty(len(order))
+        self.rank[order] = np.arange(len(order))
+        return place_job(job, free, cap, counts, self._ranked)

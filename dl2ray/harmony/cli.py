@@ -28,11 +28,12 @@ def train_harmony(
         typer.Option(help="reuse the reward model of this harmony checkpoint instead of training one"),
     ] = None,
     warm_start: Annotated[
-        str, typer.Option(help="imitate this baseline before actor-critic: none, lif-linear or lb-place")
+        str, typer.Option(help="imitate this before actor-critic: none, lif-linear, lb-place, rm-planner")
     ] = "none",
     imitation_traces: Annotated[int, typer.Option(min=1, help="training traces for the warm start")] = 30,
     val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 6,
     rm_steps: Annotated[int, typer.Option(min=1, help="reward-model Adam steps (minibatches of 512)")] = 8000,
+    lr: Annotated[float, typer.Option(min=0.0, help="actor-critic Adam learning rate")] = 1e-3,
     eps_start: Annotated[float, typer.Option(min=0.0, max=1.0, help="initial ε of exploration")] = 0.3,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
@@ -63,6 +64,7 @@ def train_harmony(
         seed=seed,
         warm_start=warm_start,
         eps_start=eps_start,
+        lr=lr,
         imitation_traces=imitation_traces,
         val_traces=val_traces,
     )

@@ -21,15 +21,17 @@ import numpy as np
 
 from dl2ray.harmony.policy import Choose, decode
 
-TEACHERS = ("lif-linear", "lb-place")
+TEACHERS = ("lif-linear", "lb-place", "rm-planner")
+"""``rm-planner``: :class:`~dl2ray.harmony.planner.PlannerScheduler` on the reward model being
+trained (its placements replayed through Harmony's loop); the others: :func:`teacher_choose`."""
 
 
 def teacher_choose(name: str, cfg) -> Choose:
     """The teacher for baseline ``name`` (one of :data:`TEACHERS`) on ``cfg``'s cluster."""
     from dl2ray.errors import UserError
 
-    if name not in TEACHERS:
-        raise UserError(f"--warm-start: {name!r}; choose from {list(TEACHERS)}")
+    if name not in TEACHERS or name == "rm-planner":
+        raise UserError(f"teacher_choose: {name!r}; choose from {list(TEACHERS[:2])}")
     m, types = int(cfg.cluster.capacity.shape[0]), len(cfg.catalogue)
     if name == "lif-linear":
         from dl2ray.harmony.linear import fitted_coefficients
@@ -59,17 +61,22 @@ def linear_teacher(coef: np.ndarray, servers: int) -> Choose:
     return choose
 
 
-def collect(cfg, teacher: Choose, predict, seeds) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def collect(
+    cfg, teacher: Choose | str, predict, seeds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(S (n, state), M (n, 2M) bool, A (n,), R (n,))``: the teacher's steps on ``seeds``' traces,
-    each with the reward model's return of the job it placed."""
+    each with the reward model's return of the job it placed (``teacher``: a :data:`Choose` or
+    ``"rm-planner"``)."""
     from dl2ray.experiments import build_simulator
     from dl2ray.harmony.nets import max_nodes
+    from dl2ray.harmony.planner import PlannerScheduler
     from dl2ray.harmony.policy import HarmonyScheduler
 
     rows: list[tuple] = []
     cur: list[tuple] = []
 
     def choose(s, mk, h) -> int:
+        assert callable(teacher)
         a = teacher(s, mk, h)
         if a >= 0:
             cur.append((s, mk, a))
@@ -79,12 +86,20 @@ def collect(cfg, teacher: Choose, predict, seeds) -> tuple[np.ndarray, np.ndarra
         rows.extend((s, mk, a, reward) for s, mk, a in cur)
         cur.clear()
 
-    sched = HarmonyScheduler(
-        choose, predict, finish=finish, rollback=cur.clear, max_nodes=max_nodes(cfg), precheck=False
-    )
+    sched: HarmonyScheduler | PlannerScheduler
+    if teacher == "rm-planner":
+        sched = PlannerScheduler(
+            predict, max_nodes=max_nodes(cfg), record=lambda s, mk, a: cur.append((s, mk, a)), finish=finish
+        )
+    else:
+        sched = HarmonyScheduler(
+            choose, predict, finish=finish, rollback=cur.clear, max_nodes=max_nodes(cfg), precheck=False
+        )
     for seed in seeds:
         sim = build_simulator(cfg)
         view = sim.reset(seed)
+        if isinstance(sched, PlannerScheduler):
+            sched.reset(seed)
         while not sim.done:
             step = sim.step(sched.decide(view))
             cur.clear()

@@ -163,7 +163,7 @@ class HarmonyScheduler:
                 continue
             if self.precheck and place_job(job, free, cap, placed.counts, lb_score) is None:
                 continue  # does not fit even by load balancing: wait
-            pl = self._place(job, free, cap, placed)
+            pl = self.place(job, free, cap, placed)
             if pl is None:
                 continue
             tasks[job.job_id] = Tasks(*job.fixed_tasks)
@@ -174,7 +174,8 @@ class HarmonyScheduler:
                 free[node] -= job.ps_demand
         return Allocation(tasks, placement)
 
-    def _place(self, job: JobView, free: np.ndarray, cap: np.ndarray, placed: Placed) -> JobPlacement | None:
+    def place(self, job: JobView, free: np.ndarray, cap: np.ndarray, placed: Placed) -> JobPlacement | None:
+        """Place ``job``'s tasks one action at a time (``placed`` gains it), or None (rolled back)."""
         assert job.fixed_tasks is not None
         m = len(free)
         free = free.copy()

@@ -7,8 +7,9 @@
    validation traces (held out).
 2. **Actor-critic.** Episodes on training traces; every placed job's steps get the return
    ``R`` (:func:`~dl2ray.harmony.policy.placement_reward`, γ = 1 inside a job, jobs independent).
-   Loss per minibatch: ``−mean(ρ (R − V(s)) log π(a|s)) + ½ mean((R − V(s))²) − β_H mean(H(π(·|s)))``
-   with the truncated importance ratio ``ρ = min(1, π(a|s)/μ(a|s))`` for replayed steps (``μ``:
+   Loss per minibatch: ``−mean(ρ A log π(a|s)) + ½ mean((R − V(s))²) − β_H mean(H(π(·|s)))``
+   with the advantage ``A = R − V(s)`` normalised over the minibatch (zero mean, unit std;
+   ``adv_norm``), and the truncated importance ratio ``ρ = min(1, π(a|s)/μ(a|s))`` for replayed steps (``μ``:
    the probability the behaviour policy — the ε mixture — gave ``a``). Exploration: with
    probability ε the action is the load-balancing or the bin-packing one (half each), else a
    sample of π. Replay: a FIFO buffer of steps; each update draws from it.
@@ -46,8 +47,10 @@ class HarmonySettings:
     ablation: str = "none"
     seed: int = 0
     warm_start: str = "none"
+    adv_norm: bool = True
     imitation_traces: int = 30
     imitation_steps: int = 3000
+    imitation_lr: float = 1e-3
 
 
 def relative_errors(model, x, y) -> np.ndarray:
@@ -194,6 +197,8 @@ class ACLearner:
             logp = logp_all.gather(1, a[:, None])[:, 0]
             rho = torch.clamp(torch.exp(logp.detach()) / torch.from_numpy(self.MU[idx]), max=1.0)
             adv = (r - v).detach()
+            if st.adv_norm:  # returns differ by ~0.1 between placements: rescale so β_H means the same
+                adv = (adv - adv.mean()) / (adv.std() + 1e-6)
             ent = -(torch.exp(logp_all) * logp_all.masked_fill(~m, 0.0)).sum(1)
             loss = -(rho * adv * logp).mean() + 0.5 * ((r - v) ** 2).mean() - st.entropy * ent.mean()
             self.opt.zero_grad()
@@ -263,10 +268,10 @@ def warm_start(cfg, st: HarmonySettings, learner: ACLearner, predict, train_seed
     from dl2ray.harmony.imitate import accuracy, collect, imitate, teacher_choose
     from dl2ray.learn import seeds
 
-    teacher = teacher_choose(st.warm_start, cfg)
+    teacher = "rm-planner" if st.warm_start == "rm-planner" else teacher_choose(st.warm_start, cfg)
     data = collect(cfg, teacher, predict, train_seeds)
     held = collect(cfg, teacher, predict, seeds.validation(1, offset=st.rm_val_traces + st.val_traces))
-    imitate(learner.net, data, st.imitation_steps, st.batch, st.lr, st.seed)
+    imitate(learner.net, data, st.imitation_steps, st.batch, st.imitation_lr, st.seed)
     return {
         "teacher": st.warm_start,
         "steps": len(data[2]),

@@ -68,7 +68,8 @@ def register_builtin() -> None:
         return load_harmony
 
     register("harmony", harmony)
-    for name in ("lb-place", "tetris-place", "lif-linear", "random-place"):
+    register("harmony-planner", _harmony_planner)
+    for name in ("lb-place", "tetris-place", "lif-linear", "random-place", "pack-place"):
         register(name, _harmony_baseline(name))
 
 
@@ -91,6 +92,12 @@ def _gang_baseline(name: str):
         from dl2ray.sched2.baselines import factory
 
         return factory(name)
+    return load
+
+
+def _harmony_planner():
+    from dl2ray.harmony.planner import load
+
     return load
 
 

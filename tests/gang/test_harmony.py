@@ -58,9 +58,20 @@ def _random_harmony(cfg, seed):
     return HarmonyScheduler(lambda s, mk, h: npnet.greedy(s, mk))
 
 
+def _random_planner(seed, **kw):
+    from dl2ray.harmony.planner import PlannerScheduler
+
+    rm = build_reward_model(8, 8, seed=seed)
+    return PlannerScheduler(
+        numpy_reward_model({k: v.detach().numpy() for k, v in rm.state_dict().items()}), 4, **kw
+    )
+
+
 def _build(name, cfg):
     if name == "harmony-random":
         return _random_harmony(cfg, 0)
+    if name == "planner-random":
+        return _random_planner(0)
     if name == "lif-linear-random":  # lif-linear's scoring with arbitrary coefficients (its fit is slow)
         from dl2ray.harmony.baselines import FifoPlacer, linear_score
 
@@ -69,7 +80,16 @@ def _build(name, cfg):
 
 
 @pytest.mark.parametrize(
-    "name", ["lb-place", "tetris-place", "random-place", "lif-linear-random", "harmony-random"]
+    "name",
+    [
+        "lb-place",
+        "tetris-place",
+        "random-place",
+        "pack-place",
+        "lif-linear-random",
+        "harmony-random",
+        "planner-random",
+    ],
 )
 @settings(
     max_examples=10,
@@ -194,3 +214,31 @@ def test_teacher_places_as_its_baseline(harmony_cfg, coef_seed):
     trace = _trace(harmony_cfg.catalogue, jobs)
     want = run_checked_ps(build_simulator(harmony_cfg, trace), base, 0)
     assert run_checked_ps(build_simulator(harmony_cfg, trace), teacher, 0) == want
+
+
+def test_planner_replay_records_its_own_placements(harmony_cfg):
+    """The planner's imitation steps, replayed through Harmony's loop, change nothing: same JCTs
+    with and without recording, one recorded step per placed task, every action allowed."""
+    steps = []
+    rng = np.random.default_rng(3)
+    jobs = [
+        (int(rng.integers(8)), int(rng.integers(6)), 0.03, int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        for _ in range(10)
+    ]
+    trace = _trace(harmony_cfg.catalogue, jobs)
+    plain = run_checked_ps(build_simulator(harmony_cfg, trace), _random_planner(1), 0)
+    rec = _random_planner(1, record=lambda s, mk, a: steps.append(bool(mk[a])))
+    assert run_checked_ps(build_simulator(harmony_cfg, trace), rec, 0) == plain
+    assert len(steps) == sum(j.workers + j.ps for j in trace) and all(steps)
+
+
+def test_pack_place_fills_the_least_loaded_node_first(harmony_cfg):
+    """Node 1 is busy, nodes 0 and 2 empty: a 2-worker 1-PS job goes whole onto node 0."""
+    from dl2ray.view import Allocation, JobPlacement, Tasks
+
+    trace = _trace(harmony_cfg.catalogue, [(0, 0, 0.5, 1, 1), (1, 1, 0.02, 2, 1)])
+    sim = build_simulator(harmony_cfg, trace)
+    sim.reset(0)
+    view = sim.step(Allocation({0: Tasks(1, 1)}, {0: JobPlacement((1,), (1,))})).view
+    alloc = make_scheduler("pack-place", harmony_cfg).decide(view)
+    assert alloc.placement[1] == JobPlacement((0, 0), (0,))
