@@ -28,7 +28,7 @@ def train_harmony(
         typer.Option(help="reuse the reward model of this harmony checkpoint instead of training one"),
     ] = None,
     warm_start: Annotated[
-        str, typer.Option(help="imitate this before actor-critic: none, lif-linear, lb-place, rm-planner")
+        str, typer.Option(help="imitate this first: none, lif-linear, lb-place, rm-planner, pack-place")
     ] = "none",
     imitation_traces: Annotated[int, typer.Option(min=1, help="training traces for the warm start")] = 30,
     val_traces: Annotated[int, typer.Option(min=1, help="validation traces for model selection")] = 6,

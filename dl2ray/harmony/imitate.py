@@ -21,16 +21,18 @@ import numpy as np
 
 from dl2ray.harmony.policy import Choose, decode
 
-TEACHERS = ("lif-linear", "lb-place", "rm-planner")
+TEACHERS = ("lif-linear", "lb-place", "rm-planner", "pack-place")
 """``rm-planner``: :class:`~dl2ray.harmony.planner.PlannerScheduler` on the reward model being
-trained (its placements replayed through Harmony's loop); the others: :func:`teacher_choose`."""
+trained, ``pack-place``: :class:`~dl2ray.harmony.planner.PackTeacher` (both replayed through
+Harmony's loop); the others: :func:`teacher_choose`."""
+REPLAYED = ("rm-planner", "pack-place")
 
 
 def teacher_choose(name: str, cfg) -> Choose:
     """The teacher for baseline ``name`` (one of :data:`TEACHERS`) on ``cfg``'s cluster."""
     from dl2ray.errors import UserError
 
-    if name not in TEACHERS or name == "rm-planner":
+    if name not in TEACHERS or name in REPLAYED:
         raise UserError(f"teacher_choose: {name!r}; choose from {list(TEACHERS[:2])}")
     m, types = int(cfg.cluster.capacity.shape[0]), len(cfg.catalogue)
     if name == "lif-linear":
@@ -66,10 +68,10 @@ def collect(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(S (n, state), M (n, 2M) bool, A (n,), R (n,))``: the teacher's steps on ``seeds``' traces,
     each with the reward model's return of the job it placed (``teacher``: a :data:`Choose` or
-    ``"rm-planner"``)."""
+    one of :data:`REPLAYED`)."""
     from dl2ray.experiments import build_simulator
     from dl2ray.harmony.nets import max_nodes
-    from dl2ray.harmony.planner import PlannerScheduler
+    from dl2ray.harmony.planner import PackTeacher, PlannerScheduler
     from dl2ray.harmony.policy import HarmonyScheduler
 
     rows: list[tuple] = []
@@ -87,8 +89,9 @@ def collect(
         cur.clear()
 
     sched: HarmonyScheduler | PlannerScheduler
-    if teacher == "rm-planner":
-        sched = PlannerScheduler(
+    if teacher in REPLAYED:
+        kind = PlannerScheduler if teacher == "rm-planner" else PackTeacher
+        sched = kind(
             predict, max_nodes=max_nodes(cfg), record=lambda s, mk, a: cur.append((s, mk, a)), finish=finish
         )
     else:

@@ -107,6 +107,17 @@ class PlannerScheduler:
         return Allocation(tasks, placement)
 
 
+class PackTeacher(PlannerScheduler):
+    """``pack-place``'s placements, replayed through Harmony's loop for imitation
+    (``--warm-start pack-place``): the planner's recording with one candidate and no choice."""
+
+    name = "pack-teacher"
+
+    def best(self, job, free: np.ndarray, cap: np.ndarray, placed: Placed) -> JobPlacement | None:
+        rank = np.argsort(np.argsort(load_of(free, cap), kind="stable"), kind="stable")
+        return place_job(job, free, cap, placed.counts, lambda *a: rank)
+
+
 def _actions(pl: JobPlacement, servers: int) -> list[int]:
     """``pl`` as Harmony's actions in :func:`place_job`'s order (worker, PS, worker, PS, …)."""
     out = []

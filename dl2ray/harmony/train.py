@@ -265,10 +265,10 @@ def evaluate(cfg, learner: ACLearner, seeds) -> float:
 def warm_start(cfg, st: HarmonySettings, learner: ACLearner, predict, train_seeds: list[int]) -> dict:
     """Imitate the baseline ``st.warm_start`` (:mod:`dl2ray.harmony.imitate`) on ``train_seeds``;
     accuracy on one validation trace not used for model selection."""
-    from dl2ray.harmony.imitate import accuracy, collect, imitate, teacher_choose
+    from dl2ray.harmony.imitate import REPLAYED, accuracy, collect, imitate, teacher_choose
     from dl2ray.learn import seeds
 
-    teacher = "rm-planner" if st.warm_start == "rm-planner" else teacher_choose(st.warm_start, cfg)
+    teacher = st.warm_start if st.warm_start in REPLAYED else teacher_choose(st.warm_start, cfg)
     data = collect(cfg, teacher, predict, train_seeds)
     held = collect(cfg, teacher, predict, seeds.validation(1, offset=st.rm_val_traces + st.val_traces))
     imitate(learner.net, data, st.imitation_steps, st.batch, st.imitation_lr, st.seed)

@@ -242,3 +242,17 @@ def test_pack_place_fills_the_least_loaded_node_first(harmony_cfg):
     view = sim.step(Allocation({0: Tasks(1, 1)}, {0: JobPlacement((1,), (1,))})).view
     alloc = make_scheduler("pack-place", harmony_cfg).decide(view)
     assert alloc.placement[1] == JobPlacement((0, 0), (0,))
+
+
+def test_pack_teacher_places_as_pack_place(harmony_cfg):
+    from dl2ray.harmony.planner import PackTeacher
+
+    rng = np.random.default_rng(4)
+    jobs = [
+        (int(rng.integers(8)), int(rng.integers(6)), 0.03, int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        for _ in range(12)
+    ]
+    trace = _trace(harmony_cfg.catalogue, jobs)
+    want = run_checked_ps(build_simulator(harmony_cfg, trace), make_scheduler("pack-place", harmony_cfg), 0)
+    teacher = PackTeacher(lambda x: np.ones(len(x)), record=lambda s, mk, a: None)
+    assert run_checked_ps(build_simulator(harmony_cfg, trace), teacher, 0) == want
