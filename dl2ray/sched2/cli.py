@@ -44,16 +44,47 @@ def train_sched2(
     td_weight: Annotated[
         float, typer.Option(min=0.0, help="λ_TD: weight of the TD loss during imitation (0: margin only)")
     ] = 1.0,
+    arch: Annotated[
+        str, typer.Option(help="Q-network: dense (the paper's) or jobwise (one scorer shared by the jobs)")
+    ] = "dense",
+    reward: Annotated[
+        str, typer.Option(help="effectiveness (the paper's) or jct (minus job-hours accrued per decision)")
+    ] = "effectiveness",
+    dagger: Annotated[
+        int,
+        typer.Option(min=0, help="DAgger rounds after the warm start (teacher labels the net's own states)"),
+    ] = 0,
+    dagger_traces: Annotated[int, typer.Option(min=1, help="training traces per DAgger round")] = 4,
+    rollout_iters: Annotated[
+        int, typer.Option(min=0, help="rounds of rollout policy improvement after the warm start")
+    ] = 0,
+    rollout_traces: Annotated[int, typer.Option(min=1, help="training traces labelled per round")] = 2,
+    rollout_points: Annotated[int, typer.Option(min=1, help="decision slots labelled per trace")] = 40,
+    rollout_candidates: Annotated[int, typer.Option(min=2, help="best actions by Q tried per slot")] = 3,
+    rollout_horizon: Annotated[int, typer.Option(min=1, help="slots each rollout runs")] = 720,
+    rollout_min_gain: Annotated[
+        float, typer.Option(min=0.0, help="job-slots a rollout must save to change a label")
+    ] = 300.0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """SCHED²: DQN (ε-greedy, prioritised replay, target network) over job selection in gang mode,
-    optionally warm-started by imitating a baseline (``--warm-start saf``)."""
+    optionally warm-started by imitating a baseline (``--warm-start saf``) and improved by
+    rollouts (``--rollout-iters``) before the DQN episodes."""
     from dl2ray.config import load_config
     from dl2ray.sched2.dqn import DQNSettings, train
     from dl2ray.sched2.imitation import TEACHERS, ImitationSettings
 
     if warm_start is not None and warm_start not in TEACHERS:
         raise UserError(f"--warm-start: unknown teacher {warm_start!r} (one of {', '.join(TEACHERS)})")
+    from dl2ray.sched2.state import ARCHS
+
+    if arch not in ARCHS:
+        raise UserError(f"--arch: unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
+    if reward not in ("effectiveness", "jct"):
+        raise UserError(f"--reward: unknown reward {reward!r} (effectiveness or jct)")
+    if (rollout_iters or dagger) and warm_start is None:
+        flag = "--rollout-iters" if rollout_iters else "--dagger"
+        raise UserError(f"{flag} improves a warm start: give --warm-start too")
     if episodes == 0 and warm_start is None:
         raise UserError("--episodes 0 trains nothing without --warm-start")
     cfg = load_config(config)
@@ -67,6 +98,8 @@ def train_sched2(
     st = DQNSettings(
         episodes=episodes,
         window=window,
+        arch=arch,
+        reward=reward,
         lr=lr,
         gamma=gamma,
         val_traces=val_traces,
@@ -79,7 +112,13 @@ def train_sched2(
         None
         if warm_start is None
         else ImitationSettings(
-            teacher=warm_start, epochs=sl_epochs, traces=sl_traces, td_weight=td_weight, gamma=gamma
+            teacher=warm_start,
+            epochs=sl_epochs,
+            traces=sl_traces,
+            td_weight=td_weight,
+            gamma=gamma,
+            dagger=dagger,
+            dagger_traces=dagger_traces,
         )
     )
 
@@ -87,7 +126,17 @@ def train_sched2(
         if not json_out:
             typer.echo(json.dumps(row), err=True)
 
-    log = train(cfg, st, out, on_episode=show, warm=warm)
+    from dl2ray.sched2.rollout import RolloutSettings
+
+    rollout = RolloutSettings(
+        iterations=rollout_iters,
+        traces=rollout_traces,
+        points=rollout_points,
+        candidates=rollout_candidates,
+        horizon=rollout_horizon,
+        min_gain=rollout_min_gain,
+    )
+    log = train(cfg, st, out, on_episode=show, warm=warm, rollout=rollout)
     doc = {
         "out": str(out),
         "config": cfg.name,

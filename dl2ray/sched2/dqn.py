@@ -13,6 +13,11 @@ same frozen slot, or at the next event), ``done`` at the end of the episode (a t
 - ε-greedy: ε falls linearly from ``eps_start`` to ``eps_end`` over the first ``eps_fraction``
   of the episodes; exploration picks uniformly among the allowed actions.
 - The target network copies the online one every ``target_every`` updates.
+- Reward (``reward``): ``effectiveness`` (the paper's, :func:`~dl2ray.sched2.state.effectiveness`
+  of the started job, ϕ 0), or ``jct``: a decision earns minus the job-hours that every job in
+  the system accrues until the next decision, × ``jct_scale``; over an episode these sum to
+  minus the total JCT, so with γ → 1 the return is the objective itself (the effectiveness sum
+  is not: it favours serving fresh jobs and starving the ones that already waited).
 
 Traces: training seeds (:mod:`dl2ray.learn.seeds`) for episodes, validation seeds to pick the
 checkpoint (lowest censored average JCT of the greedy policy), never test seeds.
@@ -95,6 +100,12 @@ class DQNSettings:
 
     episodes: int = 40
     window: int = 10
+    arch: str = "dense"
+    """Q-network: ``dense`` (the paper's) or ``jobwise`` (:mod:`dl2ray.sched2.jobwise`)."""
+    reward: str = "effectiveness"
+    """``effectiveness`` (the paper's) or ``jct`` (module docstring)."""
+    jct_scale: float = 0.1
+    """Reward units per job-hour of the ``jct`` reward."""
     gamma: float = 0.99
     lr: float = 5e-4
     batch: int = 64
@@ -128,11 +139,11 @@ def evaluate(cfg, shape, weights, seeds) -> float:
     """Mean censored average JCT (slots) of the greedy policy over ``seeds``' traces."""
     from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
-    from dl2ray.sched2.qnet import NumpyQNet
+    from dl2ray.sched2.qnet import numpy_qnet
     from dl2ray.sched2.scheduler import Sched2Scheduler
     from dl2ray.sim import run_episode
 
-    net = NumpyQNet(shape, weights)
+    net = numpy_qnet(shape, weights)
     runs = [run_episode(build_simulator(cfg), Sched2Scheduler(cfg, shape, net.greedy), s) for s in seeds]
     return float(np.mean([censored_avg_jct(r) for r in runs]))
 
@@ -157,6 +168,8 @@ class Learner:
         self.steps = self.updates = 0
         self.eps, self.beta = st.eps_start, st.beta_start
         self.losses: list[float] = []
+        self.demos: tuple | None = None
+        """``(training demos, validation demos)`` after a warm start (the rollout step reuses them)."""
 
     def update(self) -> None:
         """One importance-weighted Huber step on a prioritised minibatch; priorities ← |δ|."""
@@ -196,6 +209,12 @@ class Learner:
         if len(self.replay) >= self.st.batch and self.steps % self.st.train_every == 0:
             self.update()
 
+    def add_cost(self, job_hours: float) -> None:
+        """``jct`` reward: charge ``job_hours`` (× ``jct_scale``) to the latest decision."""
+        if self.pending is not None:
+            s, m, a, r = self.pending
+            self.pending = (s, m, a, r - self.st.jct_scale * job_hours)
+
     def end_episode(self) -> None:
         if self.pending is not None:
             s, m, a, r = self.pending
@@ -211,8 +230,11 @@ def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) 
     from dl2ray.learn import seeds
     from dl2ray.sched2.imitation import imitate, record_demos
 
-    train_demos = record_demos(train_cfg, lr.shape, warm.teacher, seeds.training(warm.traces, DEMO_OFFSET))
-    val_demos = record_demos(cfg, lr.shape, warm.teacher, seeds.validation(st.val_traces))
+    jct_scale = st.jct_scale if st.reward == "jct" else None
+    train_demos = record_demos(
+        train_cfg, lr.shape, warm.teacher, seeds.training(warm.traces, DEMO_OFFSET), jct_scale
+    )
+    val_demos = record_demos(cfg, lr.shape, warm.teacher, seeds.validation(st.val_traces), jct_scale)
     rows = imitate(lr.net, train_demos, val_demos, warm, st.seed, on_epoch=on_row)
     lr.target.load_state_dict(lr.net.state_dict())
     d = train_demos
@@ -220,26 +242,102 @@ def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) 
         lr.replay.add(d.s[i], d.m[i], d.a[i], d.r[i], d.s2[i], d.m2[i], d.d[i])
     for row in rows:
         row.update(demos=len(train_demos), val_demos=len(val_demos))
+    lr.demos = (train_demos, val_demos)
     return rows
 
 
-def train(cfg, st: DQNSettings, out_path, on_episode=None, warm=None) -> TrainLog:
+DAGGER_OFFSET = 600_000
+"""Training-seed offset of DAgger's traces (round ``k`` uses ``offset + k·dagger_traces``)."""
+
+
+def dagger(lr: Learner, train_cfg, shape, warm, seed: int):
+    """DAgger rounds after the warm start (:class:`~dl2ray.sched2.imitation.ImitationSettings`
+    ``dagger``): yields one log row per round, after refitting ``lr.net`` in place."""
+    from dataclasses import replace
+
+    from dl2ray.learn import seeds
+    from dl2ray.sched2.imitation import accuracy, imitate, student_demos
+    from dl2ray.sched2.qnet import numpy_qnet
+    from dl2ray.sched2.rollout import concat_demos
+
+    train_demos, val_demos = lr.demos
+    got = [train_demos]
+    for k in range(warm.dagger):
+        net = numpy_qnet(shape, lr.weights())
+        trace_seeds = seeds.training(warm.dagger_traces, DAGGER_OFFSET + k * warm.dagger_traces)
+        new = student_demos(train_cfg, shape, warm.teacher, net.q, trace_seeds)
+        agree = accuracy(net.q(new.s), new)
+        got.append(new)
+        fit = replace(warm, epochs=warm.dagger_epochs, td_weight=0.0)
+        rows = imitate(lr.net, concat_demos(got, [1] * len(got)), val_demos, fit, seed + 100 + k)
+        lr.target.load_state_dict(lr.net.state_dict())
+        yield {"dagger_round": k, "new_states": len(new), "agreement_before": agree, **rows[-1]}
+
+
+def dqn_episode(lr: Learner, cfg, train_cfg, shape, trace_seed: int) -> dict:
+    """One ε-greedy episode on the training trace of ``trace_seed``, learning as it goes; its log row."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.sched2.scheduler import Sched2Scheduler
+    from dl2ray.sim import run_episode
+
+    st = lr.st
+    jct = st.reward == "jct"
+    rewards: list[float] = []
+    job_hours: list[float] = []
+
+    def rec(s, m, a, r) -> None:
+        rewards.append(r)
+        lr.record(s, m, a, 0.0 if jct else r)
+
+    def cost(h: float) -> None:
+        job_hours.append(h)
+        lr.add_cost(h)
+
+    sched = Sched2Scheduler(cfg, shape, lr.choose, rec, cost=cost if jct else None)
+    run_episode(build_simulator(train_cfg), sched, trace_seed)
+    lr.end_episode()
+    return {
+        "eps": lr.eps,
+        "decisions": len(rewards),
+        "reward": float(np.sum(rewards)),
+        "jct_return": -st.jct_scale * float(np.sum(job_hours)) if jct else None,
+        "updates": lr.updates,
+        "loss": float(np.mean(lr.losses[-200:])) if lr.losses else float("nan"),
+    }
+
+
+def warm_stages(lr: Learner, cfg, train_cfg, warm, rollout, log: TrainLog, on_row=None):
+    """The stages before DQN, each yielding ``(log row, stage name)`` once ``lr.net`` is ready to
+    validate: the imitation (its epoch rows go to ``log.imitation``), each DAgger round, each
+    rollout round."""
+    log.imitation = warm_start(lr, cfg, train_cfg, lr.st, warm, on_row=on_row)
+    yield {"episode": -1}, "imitation"
+    for row in dagger(lr, train_cfg, lr.shape, warm, lr.st.seed):
+        yield row, f"dagger round {row['dagger_round']}"
+    if rollout is not None and rollout.iterations > 0:
+        from dl2ray.sched2.rollout import improve
+
+        train_demos, val_demos = lr.demos
+        for row in improve(lr, train_cfg, lr.shape, rollout, train_demos, val_demos, lr.st.seed):
+            yield row, f"rollout round {row['rollout_iter']}"
+
+
+def train(cfg, st: DQNSettings, out_path, on_episode=None, warm=None, rollout=None) -> TrainLog:
     """Train, write the best-on-validation checkpoint to ``out_path``; returns the log.
 
     ``warm``: an :class:`~dl2ray.sched2.imitation.ImitationSettings` to start from (None: from
-    the random initialisation, as before).
+    the random initialisation, as before). ``rollout``: a
+    :class:`~dl2ray.sched2.rollout.RolloutSettings` to improve the imitation by rollouts
+    (needs ``warm``) before the DQN episodes; each round is validated and may be kept.
     """
     import torch
 
-    from dl2ray.experiments import build_simulator
     from dl2ray.learn import seeds
     from dl2ray.sched2.qnet import save_checkpoint
-    from dl2ray.sched2.scheduler import Sched2Scheduler
     from dl2ray.sched2.state import Sched2Shape
-    from dl2ray.sim import run_episode
 
     torch.set_num_threads(1)
-    shape = Sched2Shape.from_config(cfg, st.window)
+    shape = Sched2Shape.from_config(cfg, st.window, st.arch)
     lr = Learner(shape, st)
     train_cfg = (
         cfg
@@ -251,7 +349,7 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None, warm=None) -> TrainLo
     best = float("inf")
     t0 = time.time()
 
-    def keep_if_best(val_jct: float, episode: int) -> None:
+    def keep_if_best(val_jct: float, episode: int, stage: str = "dqn") -> None:
         nonlocal best
         if val_jct < best:
             best = val_jct
@@ -260,6 +358,7 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None, warm=None) -> TrainLo
                 "warm_start": None if warm is None else warm.__dict__,
                 "imitation": log.imitation[-1] if log.imitation else None,
                 "episode": episode,
+                "stage": stage,
                 "val_jct": best,
                 "val_seeds": val_seeds,
                 "config": cfg.name,
@@ -267,35 +366,19 @@ def train(cfg, st: DQNSettings, out_path, on_episode=None, warm=None) -> TrainLo
             save_checkpoint(out_path, lr.net, log.best)
 
     if warm is not None:
-        log.imitation = warm_start(lr, cfg, train_cfg, st, warm, on_row=on_episode)
-        row = {"episode": -1, "seconds": time.time() - t0}
-        row["val_jct"] = evaluate(cfg, shape, lr.weights(), val_seeds)
-        keep_if_best(row["val_jct"], -1)
-        log.rows.append(row)
-        if on_episode:
-            on_episode(row)
+        for row, stage in warm_stages(lr, cfg, train_cfg, warm, rollout, log, on_episode):
+            row["seconds"] = time.time() - t0
+            row["val_jct"] = evaluate(cfg, shape, lr.weights(), val_seeds)
+            keep_if_best(row["val_jct"], -1, stage)
+            log.rows.append(row)
+            if on_episode:
+                on_episode(row)
     for ep in range(st.episodes):
         frac = min(ep / max(1.0, st.eps_fraction * st.episodes), 1.0)
         lr.eps = max(st.eps_end, st.eps_start + (st.eps_end - st.eps_start) * frac)
         lr.beta = st.beta_start + (1.0 - st.beta_start) * ep / max(1, st.episodes - 1)
-        rewards: list[float] = []
-
-        def rec(s, m, a, r, rewards=rewards) -> None:
-            rewards.append(r)
-            lr.record(s, m, a, r)
-
-        sched = Sched2Scheduler(cfg, shape, lr.choose, rec)
-        run_episode(build_simulator(train_cfg), sched, seeds.training(1, ep)[0])
-        lr.end_episode()
-        row = {
-            "episode": ep,
-            "eps": lr.eps,
-            "decisions": len(rewards),
-            "reward": float(np.sum(rewards)),
-            "updates": lr.updates,
-            "loss": float(np.mean(lr.losses[-200:])) if lr.losses else float("nan"),
-            "seconds": time.time() - t0,
-        }
+        row = dqn_episode(lr, cfg, train_cfg, shape, seeds.training(1, ep)[0])
+        row.update(episode=ep, seconds=time.time() - t0)
         if (ep + 1) % st.eval_every == 0 or ep == st.episodes - 1:
             row["val_jct"] = evaluate(cfg, shape, lr.weights(), val_seeds)
             keep_if_best(row["val_jct"], ep)

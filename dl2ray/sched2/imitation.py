@@ -56,13 +56,44 @@ def teacher_action(
 class TeacherScheduler(Sched2Scheduler):
     """The decision loop of SCHED² with a baseline choosing (see the module docstring)."""
 
-    def __init__(self, cfg, shape: Sched2Shape, teacher: str, record=None) -> None:
-        super().__init__(cfg, shape, choose=lambda s, m: shape.window, record=record)
+    def __init__(self, cfg, shape: Sched2Shape, teacher: str, record=None, cost=None) -> None:
+        super().__init__(cfg, shape, choose=lambda s, m: shape.window, record=record, cost=cost)
         self.teacher = teacher
         self.name = f"teacher-{teacher}"
 
     def pick(self, view: ClusterView, waiting, places, state, mask) -> int:
         return teacher_action(self.teacher, self.profile, waiting, places, self.shape.window)
+
+
+class StudentScheduler(Sched2Scheduler):
+    """DAgger's data collector: the network ``q_of`` decides, the teacher labels every state it visits."""
+
+    def __init__(self, cfg, shape: Sched2Shape, teacher: str, q_of, labels: list) -> None:
+        super().__init__(cfg, shape, choose=lambda s, m: int(np.argmax(np.where(m, q_of(s), -np.inf))))
+        self.teacher, self.labels = teacher, labels
+        self.name = f"student-{teacher}"
+
+    def pick(self, view: ClusterView, waiting, places, state, mask) -> int:
+        self.labels.append(
+            (state, mask, teacher_action(self.teacher, self.profile, waiting, places, self.shape.window))
+        )
+        return int(self.choose(state, mask))
+
+
+def student_demos(cfg, shape: Sched2Shape, teacher: str, q_of, trace_seeds: list[int]) -> Demos:
+    """DAgger (Ross et al. 2011): states the network's own greedy policy visits on ``trace_seeds``,
+    labelled with the teacher's action there (margin-loss fields only: no rewards)."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.sim import run_episode
+
+    labels: list[tuple] = []
+    for seed in trace_seeds:
+        run_episode(build_simulator(cfg), StudentScheduler(cfg, shape, teacher, q_of, labels), seed)
+    s = np.stack([x[0] for x in labels]).astype(np.float32)
+    m = np.stack([x[1] for x in labels]).astype(bool)
+    n = len(s)
+    a = np.asarray([x[2] for x in labels], np.int64)
+    return Demos(s, m, a, np.zeros(n), np.zeros_like(s), np.zeros_like(m), np.ones(n, bool))
 
 
 @dataclass
@@ -93,17 +124,30 @@ def _chain(steps: list[tuple]) -> list[tuple]:
     return out
 
 
-def record_demos(cfg, shape: Sched2Shape, teacher: str, trace_seeds: list[int]) -> Demos:
-    """Run ``teacher`` on one trace per seed of ``cfg``; every decision step becomes a transition."""
+def record_demos(
+    cfg, shape: Sched2Shape, teacher: str, trace_seeds: list[int], jct_scale: float | None = None
+) -> Demos:
+    """Run ``teacher`` on one trace per seed of ``cfg``; every decision step becomes a transition.
+
+    Rewards: effectiveness (the paper's), or with ``jct_scale`` the DQN's ``jct`` reward (minus
+    ``jct_scale`` × the job-hours accrued until the next decision, :mod:`dl2ray.sched2.dqn`).
+    """
     from dl2ray.experiments import build_simulator
     from dl2ray.sim import run_episode
 
     rows: list[tuple] = []
     for seed in trace_seeds:
         steps: list[tuple] = []
-        sched = TeacherScheduler(
-            cfg, shape, teacher, record=lambda s, m, a, r, steps=steps: steps.append((s, m, a, r))
-        )
+
+        def rec(s, m, a, r, steps=steps) -> None:
+            steps.append((s, m, a, r if jct_scale is None else 0.0))
+
+        def cost(job_hours: float, steps=steps) -> None:
+            if steps and jct_scale is not None:
+                s, m, a, r = steps[-1]
+                steps[-1] = (s, m, a, r - jct_scale * job_hours)
+
+        sched = TeacherScheduler(cfg, shape, teacher, record=rec, cost=cost)
         run_episode(build_simulator(cfg), sched, seed)
         rows.extend(_chain(steps))
     cols = list(zip(*rows, strict=True))
@@ -133,6 +177,12 @@ class ImitationSettings:
     td_weight: float = 1.0
     """``λ_TD``; 0 imitates only (Q-values then have no reward scale)."""
     gamma: float = 0.9
+    dagger: int = 0
+    """DAgger rounds after the first fit: each runs the network on ``dagger_traces`` new
+    training traces, labels the states it visits with the teacher's action, and refits on all
+    demonstrations so far for ``dagger_epochs`` (margin loss only)."""
+    dagger_traces: int = 4
+    dagger_epochs: int = 15
 
 
 def accuracy(q: np.ndarray, demos: Demos) -> float:

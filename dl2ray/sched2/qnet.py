@@ -1,4 +1,6 @@
-"""SCHED²'s Q-network: a branch shared by every server, a job branch, and a joint head.
+"""SCHED²'s Q-network (the paper's, ``arch: dense``): a branch shared by every server, a job
+branch, and a joint head. :func:`build_qnet` / :func:`numpy_qnet` also build the ``jobwise``
+network of :mod:`dl2ray.sched2.jobwise`.
 
 For state ``x`` (:mod:`dl2ray.sched2.state`): server ``i``'s row of the GPU matrix ``S_i``
 (M,) goes through the *same* layer ``F_i = relu(W_s S_i + b_s)`` (width ``server_hidden``);
@@ -24,10 +26,18 @@ HIDDEN = (32, 64, 128)
 """Widths: per-server branch, job branch, joint layer."""
 
 
-def build_qnet(shape: Sched2Shape, hidden: tuple[int, int, int] = HIDDEN, seed: int = 0):
-    """A freshly initialised :class:`QNet` (torch's default init from ``torch.manual_seed(seed)``)."""
+def build_qnet(shape: Sched2Shape, hidden: tuple[int, int, int] | None = None, seed: int = 0):
+    """A freshly initialised Q-network for ``shape.arch``: the paper's :class:`QNet` (``dense``)
+    or :mod:`dl2ray.sched2.jobwise`'s; torch's default init from ``torch.manual_seed(seed)``."""
     import torch
     from torch import nn
+
+    if shape.arch == "jobwise":
+        from dl2ray.sched2.jobwise import HIDDEN as JOBWISE_HIDDEN
+        from dl2ray.sched2.jobwise import build_jobwise
+
+        return build_jobwise(shape, hidden or JOBWISE_HIDDEN, seed)
+    hidden = hidden or HIDDEN
 
     class QNet(nn.Module):
         def __init__(self) -> None:
@@ -73,6 +83,15 @@ class NumpyQNet:
     def greedy(self, state: np.ndarray, mask: np.ndarray) -> int:
         """``argmax_a Q(s, a)`` over the allowed actions (lowest index on ties)."""
         return int(np.argmax(np.where(mask, self.q(state), -np.inf)))
+
+
+def numpy_qnet(shape: Sched2Shape, weights: dict[str, np.ndarray]):
+    """The numpy forward pass for ``shape.arch`` (``.q(x)``, ``.greedy(state, mask)``)."""
+    if shape.arch == "jobwise":
+        from dl2ray.sched2.jobwise import NumpyJobwiseQNet
+
+        return NumpyJobwiseQNet(shape, weights)
+    return NumpyQNet(shape, weights)
 
 
 def save_checkpoint(path, net, record: dict) -> None:

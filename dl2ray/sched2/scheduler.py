@@ -7,7 +7,10 @@ until ϕ or until nothing more fits. Running jobs are re-emitted where they are.
 
 ``choose(state, mask) -> action`` picks actions (greedy on the numpy Q-network for
 ``sched2:PATH``; ε-greedy while training); ``record(state, mask, action, reward)``, when
-given, sees every decision step (the DQN trainer builds transitions from it).
+given, sees every decision step (the DQN trainer builds transitions from it); ``cost(c)``,
+when given, hears at the start of every slot the job-hours that slot adds to the total JCT,
+``c = jobs in the system × slot seconds / time_scale``, before any decision of that slot (the
+JCT reward of :mod:`dl2ray.sched2.dqn` charges it to the latest decision).
 :meth:`Sched2Scheduler.pick` is the one place an action is chosen; a teacher that needs the
 jobs behind the state (:class:`dl2ray.sched2.imitation.TeacherScheduler`) overrides it.
 """
@@ -25,6 +28,7 @@ from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
 
 Choose = Callable[[np.ndarray, np.ndarray], int]
 Record = Callable[[np.ndarray, np.ndarray, int, float], None]
+Cost = Callable[[float], None]
 
 
 class Sched2Scheduler:
@@ -32,7 +36,9 @@ class Sched2Scheduler:
 
     name = "sched2"
 
-    def __init__(self, cfg, shape: Sched2Shape, choose: Choose, record: Record | None = None) -> None:
+    def __init__(
+        self, cfg, shape: Sched2Shape, choose: Choose, record: Record | None = None, cost: Cost | None = None
+    ) -> None:
         self.profile = Profile(cfg)
         self.shape = shape
         cap = cfg.cluster.capacity
@@ -43,7 +49,7 @@ class Sched2Scheduler:
                 f"sched2: the model is for {shape.servers} servers × {shape.gpus} GPUs, the "
                 f"config has {cap.shape[0]} × {int(cap[:, 1].max())}"
             )
-        self.choose, self.record = choose, record
+        self.choose, self.record, self.cost = choose, record, cost
         self._seen: frozenset[int] | None = None
 
     def reset(self, seed: int) -> None:
@@ -61,6 +67,8 @@ class Sched2Scheduler:
         return int(self.choose(state, mask))
 
     def decide(self, view: ClusterView) -> Allocation:
+        if self.cost is not None:
+            self.cost(len(view.jobs) * view.slot_seconds / self.shape.time_scale)
         tasks, placement, free = keep_running(view)
         ids = frozenset(j.job_id for j in view.jobs)
         if ids == self._seen:
@@ -101,12 +109,12 @@ def load(arg: str | None, cfg) -> Sched2Scheduler:
     from pathlib import Path
 
     from dl2ray.errors import UserError
-    from dl2ray.sched2.qnet import NumpyQNet, read_checkpoint
+    from dl2ray.sched2.qnet import numpy_qnet, read_checkpoint
 
     if not arg:
         raise UserError("sched2 needs a checkpoint: sched2:PATH (e.g. sched2:models/sched2.pt)")
     if not Path(arg).is_file():
         raise UserError(f"sched2: {arg}: no such checkpoint")
     shape, weights, _ = read_checkpoint(arg)
-    net = NumpyQNet(shape, weights)
+    net = numpy_qnet(shape, weights)
     return Sched2Scheduler(cfg, shape, net.greedy)

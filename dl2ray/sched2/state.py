@@ -21,6 +21,12 @@ and a policy that chose ϕ would hold the cluster idle forever).
 
 Reward of starting job ``j``: its execution effectiveness ``E_j = T_ideal / (T_wait + T_actual)``
 (wait so far, actual = ideal × λ at the placement it gets); ϕ earns 0.
+
+Architecture ``jobwise`` (:mod:`dl2ray.sched2.jobwise`) adds two numbers per window job, after
+its ``k + 2``: its profiled time at the placement gang packing gives it *now* (``T_ideal ·
+λ(s_now)``, 0 if it does not fit now) and ``s_now / s_min`` (how scattered that placement is, 0
+if it does not fit). Both follow from the GPU matrix and the job's profile; the paper's
+``dense`` network leaves them out.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from dl2ray.view import ClusterView, JobPlacement, JobView
 K_LEVELS = (1, 2, 4, 8)
 """Multiples of the fewest servers a job needs: its profiled locality levels."""
 CLIP = 24.0
+ARCHS = ("dense", "jobwise")
 
 
 @dataclass(frozen=True)
@@ -47,10 +54,18 @@ class Sched2Shape:
     gpus: int
     window: int = 10
     time_scale: float = 3600.0
+    arch: str = "dense"
+    """``dense``: the paper's Q-network (:mod:`dl2ray.sched2.qnet`); ``jobwise``: one scorer shared
+    by every window job (:mod:`dl2ray.sched2.jobwise`), whose jobs carry two more features."""
+
+    @property
+    def job_features(self) -> int:
+        """Numbers per window job: ``k + 2``, plus 2 for ``jobwise`` (module docstring)."""
+        return len(K_LEVELS) + 2 + (2 if self.arch == "jobwise" else 0)
 
     @property
     def state_dim(self) -> int:
-        return self.servers * self.gpus + (len(K_LEVELS) + 2) * self.window + 4
+        return self.servers * self.gpus + self.job_features * self.window + 4
 
     @property
     def actions(self) -> int:
@@ -58,12 +73,16 @@ class Sched2Shape:
 
     @property
     def job_dim(self) -> int:
-        return (len(K_LEVELS) + 2) * self.window + 4
+        return self.job_features * self.window + 4
 
     @staticmethod
-    def from_config(cfg, window: int = 10) -> Sched2Shape:
+    def from_config(cfg, window: int = 10, arch: str = "dense") -> Sched2Shape:
+        if arch not in ARCHS:
+            from dl2ray.errors import UserError
+
+            raise UserError(f"sched2: unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
         cap = cfg.cluster.capacity
-        return Sched2Shape(int(cap.shape[0]), int(cap[:, 1].max()), window)
+        return Sched2Shape(int(cap.shape[0]), int(cap[:, 1].max()), window, arch=arch)
 
 
 def waiting_jobs(view: ClusterView, started: set[int]) -> list[JobView]:
@@ -88,7 +107,8 @@ def encode(
     for i, xs in enumerate(busy[:n]):
         xs = sorted(xs, reverse=True)[:m]
         gpu[i, : len(xs)] = np.minimum(np.asarray(xs) / ts, CLIP)
-    jobs = np.zeros((jw, len(K_LEVELS) + 2), np.float32)
+    jobs = np.zeros((jw, shape.job_features), np.float32)
+    k = len(K_LEVELS)
     mask = np.zeros(jw + 1, bool)
     mask[jw] = any(busy)  # ϕ waits for the next event: only allowed when a running job will end
     places: list[JobPlacement | None] = []
@@ -99,14 +119,18 @@ def encode(
         s_min = max(1, math.ceil(g / m))
         ideal = profile.ideal_s(j)
         beta = profile.beta[j.type_index]
-        for k, mult in enumerate(K_LEVELS):
+        for lvl, mult in enumerate(K_LEVELS):
             s = min(s_min * mult, n, max(g, 1))
-            jobs[i, k] = min(ideal * locality_factor(beta, s) / ts, CLIP)
-        jobs[i, -2] = g / m
-        jobs[i, -1] = min((view.slot - j.arrival_slot) * slot_s / ts, CLIP)
+            jobs[i, lvl] = min(ideal * locality_factor(beta, s) / ts, CLIP)
+        jobs[i, k] = g / m
+        jobs[i, k + 1] = min((view.slot - j.arrival_slot) * slot_s / ts, CLIP)
         pl = gang_place(free, j, view.catalogue, view.placement) if g <= gpus_free else None
         places.append(pl)
         mask[i] = pl is not None
+        if pl is not None and shape.arch == "jobwise":
+            s_now = len(set(pl.worker_nodes))
+            jobs[i, k + 2] = min(ideal * locality_factor(beta, s_now) / ts, CLIP)
+            jobs[i, k + 3] = s_now / s_min
     rest = waiting[jw:]
     stats = np.zeros(4, np.float32)
     if rest:
