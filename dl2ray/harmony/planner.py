@@ -78,10 +78,7 @@ class PlannerScheduler:
     def decide(self, view: ClusterView) -> Allocation:
         tasks, placement, free = keep_running(view)
         cap = view.capacity
-        placed = Placed(view.num_nodes, len(view.catalogue), self.max_nodes)
-        types = {j.job_id: j.type_index for j in view.jobs}
-        for j, pl in placement.items():
-            placed.add(j, types[j], pl.worker_nodes, pl.ps_nodes)
+        placed = Placed.running(view, placement, self.max_nodes)
         for job in view.jobs:
             if job.workers > 0 or job.fixed_tasks is None:
                 continue

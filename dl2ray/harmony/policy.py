@@ -55,6 +55,15 @@ class Placed:
         for node in (*wn, *pn):
             self.counts[node, t] += 1
 
+    @classmethod
+    def running(cls, view: ClusterView, placement: dict, max_nodes: int = 8) -> Placed:
+        """The running jobs of ``view`` at ``placement`` (``keep_running``'s), before any new job."""
+        placed = cls(view.num_nodes, len(view.catalogue), max_nodes)
+        types = {j.job_id: j.type_index for j in view.jobs}
+        for j, pl in placement.items():
+            placed.add(j, types[j], pl.worker_nodes, pl.ps_nodes)
+        return placed
+
     def remove(self, job_id: int) -> None:
         t, wn, pn = self.jobs.pop(job_id)
         for node in (*wn, *pn):
@@ -154,10 +163,7 @@ class HarmonyScheduler:
     def decide(self, view: ClusterView) -> Allocation:
         tasks, placement, free = keep_running(view)
         cap = view.capacity
-        placed = Placed(view.num_nodes, len(view.catalogue), self.max_nodes)
-        types = {j.job_id: j.type_index for j in view.jobs}
-        for j, pl in placement.items():
-            placed.add(j, types[j], pl.worker_nodes, pl.ps_nodes)
+        placed = Placed.running(view, placement, self.max_nodes)
         for job in view.jobs:
             if job.workers > 0 or job.fixed_tasks is None:
                 continue

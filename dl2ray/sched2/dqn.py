@@ -168,8 +168,6 @@ class Learner:
         self.steps = self.updates = 0
         self.eps, self.beta = st.eps_start, st.beta_start
         self.losses: list[float] = []
-        self.demos: tuple | None = None
-        """``(training demos, validation demos)`` after a warm start (the rollout step reuses them)."""
 
     def update(self) -> None:
         """One importance-weighted Huber step on a prioritised minibatch; priorities ← |δ|."""
@@ -225,8 +223,11 @@ class Learner:
         return {k: v.detach().numpy().copy() for k, v in self.net.state_dict().items()}
 
 
-def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) -> list[dict]:
-    """Imitate ``warm.teacher`` into ``lr.net`` (module docstring); returns the epoch rows."""
+def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) -> tuple[list[dict], tuple]:
+    """Imitate ``warm.teacher`` into ``lr.net`` (module docstring).
+
+    Returns the epoch rows and ``(training demos, validation demos)`` (DAgger and the rollout
+    step refit on them)."""
     from dl2ray.learn import seeds
     from dl2ray.sched2.imitation import imitate, record_demos
 
@@ -242,25 +243,23 @@ def warm_start(lr: Learner, cfg, train_cfg, st: DQNSettings, warm, on_row=None) 
         lr.replay.add(d.s[i], d.m[i], d.a[i], d.r[i], d.s2[i], d.m2[i], d.d[i])
     for row in rows:
         row.update(demos=len(train_demos), val_demos=len(val_demos))
-    lr.demos = (train_demos, val_demos)
-    return rows
+    return rows, (train_demos, val_demos)
 
 
 DAGGER_OFFSET = 600_000
 """Training-seed offset of DAgger's traces (round ``k`` uses ``offset + k·dagger_traces``)."""
 
 
-def dagger(lr: Learner, train_cfg, shape, warm, seed: int):
+def dagger(lr: Learner, train_cfg, shape, warm, demos: tuple, seed: int):
     """DAgger rounds after the warm start (:class:`~dl2ray.sched2.imitation.ImitationSettings`
     ``dagger``): yields one log row per round, after refitting ``lr.net`` in place."""
     from dataclasses import replace
 
     from dl2ray.learn import seeds
-    from dl2ray.sched2.imitation import accuracy, imitate, student_demos
+    from dl2ray.sched2.imitation import Demos, accuracy, imitate, student_demos
     from dl2ray.sched2.qnet import numpy_qnet
-    from dl2ray.sched2.rollout import concat_demos
 
-    train_demos, val_demos = lr.demos
+    train_demos, val_demos = demos
     got = [train_demos]
     for k in range(warm.dagger):
         net = numpy_qnet(shape, lr.weights())
@@ -269,7 +268,7 @@ def dagger(lr: Learner, train_cfg, shape, warm, seed: int):
         agree = accuracy(net.q(new.s), new)
         got.append(new)
         fit = replace(warm, epochs=warm.dagger_epochs, td_weight=0.0)
-        rows = imitate(lr.net, concat_demos(got, [1] * len(got)), val_demos, fit, seed + 100 + k)
+        rows = imitate(lr.net, Demos.concat(got, [1] * len(got)), val_demos, fit, seed + 100 + k)
         lr.target.load_state_dict(lr.net.state_dict())
         yield {"dagger_round": k, "new_states": len(new), "agreement_before": agree, **rows[-1]}
 
@@ -310,14 +309,14 @@ def warm_stages(lr: Learner, cfg, train_cfg, warm, rollout, log: TrainLog, on_ro
     """The stages before DQN, each yielding ``(log row, stage name)`` once ``lr.net`` is ready to
     validate: the imitation (its epoch rows go to ``log.imitation``), each DAgger round, each
     rollout round."""
-    log.imitation = warm_start(lr, cfg, train_cfg, lr.st, warm, on_row=on_row)
+    log.imitation, demos = warm_start(lr, cfg, train_cfg, lr.st, warm, on_row=on_row)
     yield {"episode": -1}, "imitation"
-    for row in dagger(lr, train_cfg, lr.shape, warm, lr.st.seed):
+    for row in dagger(lr, train_cfg, lr.shape, warm, demos, lr.st.seed):
         yield row, f"dagger round {row['dagger_round']}"
     if rollout is not None and rollout.iterations > 0:
         from dl2ray.sched2.rollout import improve
 
-        train_demos, val_demos = lr.demos
+        train_demos, val_demos = demos
         for row in improve(lr, train_cfg, lr.shape, rollout, train_demos, val_demos, lr.st.seed):
             yield row, f"rollout round {row['rollout_iter']}"
 

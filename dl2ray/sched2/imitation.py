@@ -25,13 +25,13 @@ The DL2 recipe (learn a teacher's decisions first, then improve by RL), in DQfD'
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from dl2ray.sched2.baselines import KEYS, Profile
 from dl2ray.sched2.scheduler import Sched2Scheduler
-from dl2ray.sched2.state import Sched2Shape
+from dl2ray.sched2.state import Sched2Shape, masked_greedy
 from dl2ray.view import ClusterView, JobPlacement, JobView
 
 TEACHERS = tuple(k for k in KEYS if k != "dsif")
@@ -69,7 +69,7 @@ class StudentScheduler(Sched2Scheduler):
     """DAgger's data collector: the network ``q_of`` decides, the teacher labels every state it visits."""
 
     def __init__(self, cfg, shape: Sched2Shape, teacher: str, q_of, labels: list) -> None:
-        super().__init__(cfg, shape, choose=lambda s, m: int(np.argmax(np.where(m, q_of(s), -np.inf))))
+        super().__init__(cfg, shape, choose=lambda s, m: masked_greedy(q_of(s), m))
         self.teacher, self.labels = teacher, labels
         self.name = f"student-{teacher}"
 
@@ -89,11 +89,8 @@ def student_demos(cfg, shape: Sched2Shape, teacher: str, q_of, trace_seeds: list
     labels: list[tuple] = []
     for seed in trace_seeds:
         run_episode(build_simulator(cfg), StudentScheduler(cfg, shape, teacher, q_of, labels), seed)
-    s = np.stack([x[0] for x in labels]).astype(np.float32)
-    m = np.stack([x[1] for x in labels]).astype(bool)
-    n = len(s)
-    a = np.asarray([x[2] for x in labels], np.int64)
-    return Demos(s, m, a, np.zeros(n), np.zeros_like(s), np.zeros_like(m), np.ones(n, bool))
+    states, masks, actions = zip(*labels, strict=True)
+    return Demos.from_labels(list(states), list(masks), list(actions))
 
 
 @dataclass
@@ -111,6 +108,21 @@ class Demos:
 
     def __len__(self) -> int:
         return len(self.a)
+
+    @staticmethod
+    def from_labels(states: list[np.ndarray], masks: list[np.ndarray], actions: list[int]) -> Demos:
+        """Labelled states for the margin loss only (no reward or next state: zeros, ``done``)."""
+        s = np.stack(states).astype(np.float32)
+        m = np.stack(masks).astype(bool)
+        n = len(s)
+        a = np.asarray(actions, np.int64)
+        return Demos(s, m, a, np.zeros(n), np.zeros_like(s), np.zeros_like(m), np.ones(n, bool))
+
+    @staticmethod
+    def concat(parts: list[Demos], weights: list[int]) -> Demos:
+        """One set with part ``k`` repeated ``weights[k]`` times."""
+        reps = [d for d, w in zip(parts, weights, strict=True) for _ in range(w)]
+        return Demos(*(np.concatenate([getattr(d, f.name) for d in reps]) for f in fields(Demos)))
 
 
 def _chain(steps: list[tuple]) -> list[tuple]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dl2ray.sched2.state import K_LEVELS, Sched2Shape
+from dl2ray.sched2.state import K_LEVELS, Sched2Shape, masked_greedy
 
 HIDDEN = (32, 64, 64)
 """Widths: per-server layer ``hs``, context ``hc``, job scorer ``h``."""
@@ -106,4 +106,4 @@ class NumpyJobwiseQNet:
 
     def greedy(self, state: np.ndarray, mask: np.ndarray) -> int:
         """``argmax_a Q(s, a)`` over the allowed actions (lowest index on ties)."""
-        return int(np.argmax(np.where(mask, self.q(state), -np.inf)))
+        return masked_greedy(self.q(state), mask)

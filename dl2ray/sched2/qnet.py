@@ -20,7 +20,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from dl2ray.sched2.state import Sched2Shape
+from dl2ray.sched2.state import Sched2Shape, masked_greedy
 
 HIDDEN = (32, 64, 128)
 """Widths: per-server branch, job branch, joint layer."""
@@ -82,7 +82,7 @@ class NumpyQNet:
 
     def greedy(self, state: np.ndarray, mask: np.ndarray) -> int:
         """``argmax_a Q(s, a)`` over the allowed actions (lowest index on ties)."""
-        return int(np.argmax(np.where(mask, self.q(state), -np.inf)))
+        return masked_greedy(self.q(state), mask)
 
 
 def numpy_qnet(shape: Sched2Shape, weights: dict[str, np.ndarray]):

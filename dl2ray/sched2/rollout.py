@@ -29,7 +29,7 @@ import numpy as np
 
 from dl2ray.sched2.baselines import Profile
 from dl2ray.sched2.scheduler import Sched2Scheduler
-from dl2ray.sched2.state import Sched2Shape
+from dl2ray.sched2.state import Sched2Shape, masked_greedy
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def label_trace(
     from dl2ray.experiments import build_simulator
 
     def greedy(s: np.ndarray, m: np.ndarray) -> int:
-        return int(np.argmax(np.where(m, q_of(s), -np.inf)))
+        return masked_greedy(q_of(s), m)
 
     first_steps: list[tuple[np.ndarray, np.ndarray]] = []
     profile = Profile(cfg)
@@ -111,8 +111,7 @@ def label_trace(
     pi = Sched2Scheduler(cfg, shape, greedy, record=lambda s, m, a, r: first_steps.append((s, m)))
     choices = []  # (snapshot, view, state, mask) of decision slots with a real first choice
     while not sim.done:
-        acts = frozenset(j.job_id for j in view.jobs) != pi._seen and any(j.workers == 0 for j in view.jobs)
-        snap = sim.snapshot() if acts else None
+        snap = sim.snapshot() if pi.acts_on(view) else None
         n_before = len(first_steps)
         alloc = pi.decide(view)
         if snap is not None and len(first_steps) > n_before:
@@ -138,33 +137,6 @@ def label_trace(
     return states, masks, actions, gains
 
 
-def labels_as_demos(states, masks, actions):
-    """Rollout labels as :class:`~dl2ray.sched2.imitation.Demos` for the margin loss (no TD fields)."""
-    from dl2ray.sched2.imitation import Demos
-
-    s = np.stack(states).astype(np.float32)
-    m = np.stack(masks).astype(bool)
-    n = len(s)
-    return Demos(
-        s, m, np.asarray(actions, np.int64), np.zeros(n), np.zeros_like(s), np.zeros_like(m), np.ones(n, bool)
-    )
-
-
-def concat_demos(parts: list, weights: list[int]):
-    """One :class:`~dl2ray.sched2.imitation.Demos` with part ``k`` repeated ``weights[k]`` times."""
-    from dataclasses import fields
-
-    from dl2ray.sched2.imitation import Demos
-
-    cols = {
-        f.name: np.concatenate(
-            [getattr(d, f.name) for d, w in zip(parts, weights, strict=True) for _ in range(w)]
-        )
-        for f in fields(Demos)
-    }
-    return Demos(**cols)
-
-
 ROLLOUT_OFFSET = 700_000
 """Training-seed offset of the traces rollouts label (iteration ``i`` uses ``offset + i·traces``)."""
 
@@ -176,7 +148,7 @@ def improve(learner, train_cfg, shape, st: RolloutSettings, demos, val_demos, se
     refit, so that the caller validates ``learner.weights()`` then.
     """
     from dl2ray.learn import seeds
-    from dl2ray.sched2.imitation import ImitationSettings, imitate
+    from dl2ray.sched2.imitation import Demos, ImitationSettings, imitate
     from dl2ray.sched2.qnet import numpy_qnet
 
     rng = np.random.default_rng([seed, 0x2011])
@@ -191,11 +163,11 @@ def improve(learner, train_cfg, shape, st: RolloutSettings, demos, val_demos, se
             actions += a
             gains += g
         if states:
-            got.append(labels_as_demos(states, masks, actions))
-        greedy = [int(np.argmax(np.where(m, net.q(s), -np.inf))) for s, m in zip(states, masks, strict=True)]
+            got.append(Demos.from_labels(states, masks, actions))
+        greedy = [net.greedy(s, m) for s, m in zip(states, masks, strict=True)]
         changed = int(sum(a != g for a, g in zip(actions, greedy, strict=True)))
         if got:
-            data = concat_demos([demos, *got], [1] + [st.label_weight] * len(got))
+            data = Demos.concat([demos, *got], [1] + [st.label_weight] * len(got))
             imitate(
                 learner.net,
                 data,

@@ -66,14 +66,17 @@ class Sched2Scheduler:
         """The action for ``state`` (window = ``waiting[:J]``, their placements ``places``)."""
         return int(self.choose(state, mask))
 
+    def acts_on(self, view: ClusterView) -> bool:
+        """Whether :meth:`decide` will consider starting jobs in ``view`` (its job set changed)."""
+        return frozenset(j.job_id for j in view.jobs) != self._seen
+
     def decide(self, view: ClusterView) -> Allocation:
         if self.cost is not None:
             self.cost(len(view.jobs) * view.slot_seconds / self.shape.time_scale)
         tasks, placement, free = keep_running(view)
-        ids = frozenset(j.job_id for j in view.jobs)
-        if ids == self._seen:
+        if not self.acts_on(view):
             return Allocation(tasks, placement)
-        self._seen = ids
+        self._seen = frozenset(j.job_id for j in view.jobs)
         run = running(view.jobs)
         busy = busy_gpus(view, self.profile, run)
         started: set[int] = set()

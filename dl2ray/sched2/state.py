@@ -85,6 +85,11 @@ class Sched2Shape:
         return Sched2Shape(int(cap.shape[0]), int(cap[:, 1].max()), window, arch=arch)
 
 
+def masked_greedy(q: np.ndarray, mask: np.ndarray) -> int:
+    """``argmax_a q[a]`` over the allowed actions (``mask`` (J+1,) bool; lowest index on ties)."""
+    return int(np.argmax(np.where(mask, q, -np.inf)))
+
+
 def waiting_jobs(view: ClusterView, started: set[int]) -> list[JobView]:
     """Waiting jobs in arrival order (not running, not started in this decision)."""
     return [j for j in view.jobs if j.workers == 0 and j.job_id not in started]
