@@ -106,6 +106,9 @@ def compare(
     requested_bundles: Annotated[int | None, typer.Option(
         help="override workload.requested_bundles: the size (bundles, >= 1) of jobs whose trace names none",
     )] = None,
+    paired: Annotated[str | None, typer.Option(
+        help="comma-separated baselines: every row gets the per-trace ratio of its average JCT to each "
+        "(same traces), mean ± 95% CI (JSON: results[].paired); default: drf when it runs")] = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
     from dl2ray import experiments, report
@@ -124,6 +127,7 @@ def compare(
         references = False  # the oracle and the lower bound model the DL2 simulator, not gang mode
     if references and "oracle" not in names:
         names.append("oracle")
+    baselines = _paired_baselines(paired, names)
     fixed = _trace(trace, cfg)
     seeds = list(range(seed, seed + traces))
     with Progress(
@@ -133,7 +137,7 @@ def compare(
         task = bar.add_task("simulating", total=len(names) * len(seeds))
         comp = experiments.compare(
             cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task),
-            references=references,
+            references=references, paired=baselines,
         )
     rows = comp.summary()
     doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "max_slots": cfg.sim.max_slots,
@@ -151,6 +155,17 @@ def compare(
         report.print_table(comp)
         if plot is not None:
             print(f"JCT CDF written to {plot}")
+
+
+def _paired_baselines(paired: str | None, names: list[str]) -> list[str]:
+    """``--paired``'s baselines (default: drf when it runs); UserError naming those that do not run."""
+    if paired is None:
+        return ["drf"] if "drf" in names else []
+    baselines = [b.strip() for b in paired.split(",") if b.strip()]
+    unknown = [b for b in baselines if b not in names]
+    if unknown:
+        raise UserError(f"--paired: {unknown} are not among --schedulers ({','.join(names)})")
+    return baselines
 
 
 def _unfinished(metrics: dict, cfg: ExperimentConfig, scheduler: str) -> list[str]:
@@ -299,6 +314,9 @@ def register_all(app: typer.Typer) -> Plugins:
     app.command()(simulate)
     app.command()(compare)
     app.command("fit-speed")(fit_speed)
+    from dl2ray.profile_cli import profile
+
+    app.command()(profile)
     app.command()(demo)
     app.add_typer(trace_app, name="trace", help="Import, generate and describe traces.")
     app.add_typer(bench_app, name="bench", help="Benchmarks (print JSON).")

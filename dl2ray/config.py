@@ -115,7 +115,15 @@ class WorkloadConfig(_Frozen):
 
 
 class SpeedConfig(_Frozen):
-    """Ground-truth speed of the simulator (see :mod:`dl2ray.speed`)."""
+    """Ground-truth speed of the simulator (see :mod:`dl2ray.speed`).
+
+    Everything in this group is the simulator's truth: no deployable scheduler
+    reads it (:func:`dl2ray.knowledge.operator_config` hides it). With
+    ``variation``, ``job_deviation`` and ``interference`` at 0 the speed of every
+    job of a type is its type's surface: the clairvoyant world of the
+    ``*-clairvoyant`` configs; docs/information.md says what the shipped
+    configs set and why.
+    """
 
     surfaces: str = Field(default="speed", description="directory of fitted surfaces")
     model: Literal["measured", "analytic"] = Field(
@@ -125,9 +133,12 @@ class SpeedConfig(_Frozen):
     )
     placement_aware: bool = True
     variation: float = Field(default=0.0, ge=0, lt=1, description="per-slot speed noise ±v")
+    job_deviation: float = Field(
+        default=0.0, ge=0, lt=1, description="per-job departure from the type's speed, for the job's life: "
+        "its compute time × U(1-d, 1+d) and its communication time × an independent U(1-d, 1+d)")
     interference: float = Field(
-        default=0.0, ge=0, lt=1, description="max slowdown per co-located foreign job"
-    )
+        default=0.0, ge=0, lt=1, description="co-location slowdown: a job runs at 1 - s·o, o the largest "
+        "share of any of its nodes held by other jobs' tasks")
 
 
 class SimConfig(_Frozen):
@@ -137,6 +148,10 @@ class SimConfig(_Frozen):
     max_slots: int = Field(default=5000, ge=1, description="hard stop of one run")
     change_cost: Literal["none", "hot", "checkpoint_restart"] = "none"
     hot_scaling_s: float = Field(default=0.1, ge=0, description="suspension per change, s")
+    task_start_s: float = Field(
+        default=0.0, ge=0, description="hot and checkpoint_restart: seconds a started task needs before it "
+        "trains (process start, framework import, data); a job starting or resuming trains nothing for this "
+        "long, a hot scale-up keeps its old deployment training meanwhile")
     checkpoint_restart_s: float = Field(
         default=60.0, ge=0, description="suspension per change, s"
     )
@@ -350,6 +365,9 @@ class ExperimentConfig(_Frozen):
     sim: SimConfig = SimConfig()
     policy: PolicyConfig = PolicyConfig()
     gang: GangConfig | None = Field(default=None, description="opt-in gang mode (dl2ray.gang); None: DL2")
+    profile: str | None = Field(
+        default=None, description="the operator's speed profile (`dl2ray profile`), relative to the config: "
+        "what deployable schedulers (the planner, the DL2 policy's training world) know of job speeds")
     base_dir: str = Field(default=".", description="set by the loader: the config's folder")
 
     def resolve(self, relative: str) -> Path:
@@ -376,7 +394,13 @@ class ExperimentConfig(_Frozen):
 
     @property
     def surfaces_dir(self) -> Path:
+        """The simulator's true speed surfaces (truth: not for deployable schedulers)."""
         return self.resolve(self.speed.surfaces)
+
+    @property
+    def profile_path(self) -> Path | None:
+        """The operator's profile file, or None when the config names none."""
+        return None if self.profile is None else self.resolve(self.profile)
 
 
 def format_validation_error(source: str, exc: ValidationError) -> str:

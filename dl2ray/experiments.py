@@ -20,12 +20,13 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from dl2ray.config import ExperimentConfig
-from dl2ray.metrics import aggregate, summarize_run
-from dl2ray.schedulers.base import make_scheduler
+from dl2ray.metrics import aggregate, mean_ci95, summarize_run
+from dl2ray.schedulers.base import is_reference, make_scheduler
 from dl2ray.sim import RunResult, Simulator, run_episode
 from dl2ray.speed import SpeedModel, load_surfaces
 from dl2ray.workload import Trace
@@ -36,12 +37,27 @@ LOWER_BOUND = "lower-bound"
 _SPEED_MODELS: dict[tuple[str, str, str, bool], SpeedModel] = {}
 
 
-def _speed_model(cfg: ExperimentConfig) -> SpeedModel:
-    """The config's speed model, built once per process for the same catalogue and surfaces.
+World = Literal["truth", "operator"]
+"""Which speeds a simulator runs on: the simulator's true surfaces (every evaluation), or the operator's
+profile (:mod:`dl2ray.profile`) — the world a deployable learner trains in."""
+
+
+def _speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
+    """The config's speed model, built once per process for the same catalogue and surfaces (or profile).
 
     (Keyed on paths and flags, not on the config object: configs hold numpy arrays,
     which make pydantic equality ambiguous.)
     """
+    if world == "operator":
+        path = cfg.profile_path
+        key = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
+               cfg.speed.placement_aware)
+        if key not in _SPEED_MODELS:
+            from dl2ray.profile import config_profile
+
+            _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, config_profile(cfg).surfaces(), "measured",
+                                            cfg.speed.placement_aware)
+        return _SPEED_MODELS[key]
     key = (str(cfg.resolve(cfg.jobtypes).resolve()), str(cfg.surfaces_dir.resolve()),
            cfg.speed.model, cfg.speed.placement_aware)
     if key not in _SPEED_MODELS:
@@ -52,18 +68,24 @@ def _speed_model(cfg: ExperimentConfig) -> SpeedModel:
 
 
 def build_simulator(
-    cfg: ExperimentConfig, trace: Trace | None = None, record_events: bool = False
+    cfg: ExperimentConfig, trace: Trace | None = None, record_events: bool = False, world: World = "truth"
 ) -> Simulator:
-    """The composition of config, measured speed model and (optional) fixed trace.
+    """The composition of config, speed model and (optional) fixed trace.
 
-    A config with a ``gang`` group gets the non-preemptive gang-mode simulator
-    (:class:`dl2ray.gang.GangSimulator`, a :class:`Simulator` with the same reset/step).
+    ``world``: ``truth`` runs on the simulator's true surfaces (every measurement
+    in docs/ is on it); ``operator`` replaces them with the config's operator
+    profile, keeping the config's workload and uncertainty (job deviation,
+    variation, interference, change cost, epoch error) — the operator's model
+    of its cluster, in which the shipped DL2 policies are trained, so no weight
+    of theirs has seen the truth. A config with a ``gang`` group gets the
+    non-preemptive gang-mode simulator (:class:`dl2ray.gang.GangSimulator`, a
+    :class:`Simulator` with the same reset/step).
     """
     if cfg.gang is not None:
         from dl2ray.gang import GangSimulator
 
-        return GangSimulator(cfg, _speed_model(cfg), trace, record_events)
-    return Simulator(cfg, _speed_model(cfg), trace, record_events)
+        return GangSimulator(cfg, _speed_model(cfg, world), trace, record_events)
+    return Simulator(cfg, _speed_model(cfg, world), trace, record_events)
 
 
 @dataclass(frozen=True)
@@ -104,6 +126,23 @@ class Comparison:
     references: set[str] = field(default_factory=set)
     lower_bound: list[dict[str, float]] | None = None
     """Per seed: :func:`lower_bound_metrics` of that trace (None: not computed)."""
+    paired: tuple[str, ...] = ("drf",)
+    """Baselines of the paired ratios in :meth:`summary` (those that ran)."""
+
+    def per_trace(self, name: str, key: str = "censored_avg_jct") -> list[float]:
+        """``key`` of scheduler (or :data:`LOWER_BOUND`) ``name`` on each seed, in seed order."""
+        if name == LOWER_BOUND and self.lower_bound is not None:
+            return [m[key] for m in self.lower_bound]
+        return [r.metrics[key] for r in self.runs[name]]
+
+    def paired_ratio(self, name: str, baseline: str) -> dict[str, float | list[float]]:
+        """Per trace ``censored_avg_jct(name) / censored_avg_jct(baseline)`` on the same trace, and its
+        mean ± 95% Student-t half-width over the traces: the paired comparison (every scheduler runs the
+        same traces, so the trace-to-trace spread cancels)."""
+        a, b = self.per_trace(name), self.per_trace(baseline)
+        ratios = [x / y if y else float("nan") for x, y in zip(a, b, strict=True)]
+        mean, half = mean_ci95(ratios)
+        return {"mean": mean, "ci95": half, "per_trace": ratios}
 
     def summary(self) -> list[dict[str, float | str | bool]]:
         """One row per scheduler (and the lower bound, last): mean ± 95% CI of every metric.
@@ -121,6 +160,9 @@ class Comparison:
         if self.lower_bound is not None:
             rows.append({"scheduler": LOWER_BOUND, "reference": True,
                          **aggregate(self.lower_bound)})
+        for row in rows:
+            row["paired"] = {b: self.paired_ratio(str(row["scheduler"]), b)
+                             for b in self.paired if b in self.runs}
         base = self.runs.get("drf")
         if base:
             drf = aggregate([r.metrics for r in base])
@@ -140,15 +182,17 @@ def compare(
     processes: int | None = None,
     on_done: Callable[[RunOutcome], None] | None = None,
     references: bool = False,
+    paired: Sequence[str] = ("drf",),
 ) -> Comparison:
     """Run every scheduler on every seed's trace; results keep the scheduler order.
 
     ``references``: also compute the per-trace lower bound (a row after the schedulers).
+    ``paired``: baselines every row gets per-trace paired ratios against (:meth:`Comparison.paired_ratio`).
     """
     specs = [RunSpec(s, seed) for s in schedulers for seed in seeds]
     reference_names = set()
     for s in schedulers:  # fail fast on a bad name, before any process starts
-        if getattr(make_scheduler(s, cfg), "reference", False):
+        if is_reference(s) or getattr(make_scheduler(s, cfg), "reference", False):
             reference_names.add(s)
     procs = processes or min(len(specs), os.cpu_count() or 1)
     outcomes: dict[RunSpec, RunOutcome] = {}
@@ -166,7 +210,8 @@ def compare(
                 outcomes[spec] = fut.result()
                 if on_done:
                     on_done(outcomes[spec])
-    comp = Comparison(cfg.name, list(seeds), cfg.sim.slot_seconds, references=reference_names)
+    comp = Comparison(cfg.name, list(seeds), cfg.sim.slot_seconds, references=reference_names,
+                      paired=tuple(paired))
     for s in schedulers:
         comp.runs[s] = [outcomes[RunSpec(s, seed)] for seed in seeds]
     if references:

@@ -58,11 +58,12 @@ def comparison_table(comp: Comparison) -> Table:
     notes = [REFERENCE_NOTE] if any(r["reference"] for r in rows) else []
     table = Table(title=title, caption="\n".join(notes) or None)
     jct_col = "avg JCT, censored" if censored else "avg JCT (slots)"
+    baselines = [b for b in comp.paired if b in comp.runs]
     for col in ("scheduler", jct_col, "median", "p95", "makespan", "GPU util",
-                "queue delay", "done", "avg JCT / DRF"):
+                "queue delay", "done", *(f"/ {b} (paired)" for b in baselines)):
         table.add_column(col, justify="right" if col != "scheduler" else "left")
     for row in rows:
-        ratio = row.get("avg_jct_vs_drf")
+        pairs = [row["paired"].get(b) or {} for b in baselines]
         table.add_row(
             row["scheduler"] + (REFERENCE_MARK if row["reference"] else ""),
             f"{_num(row['censored_avg_jct'], '.2f')} ± {_num(row['censored_avg_jct_ci95'], '.2f')}",
@@ -72,7 +73,7 @@ def comparison_table(comp: Comparison) -> Table:
             _num(row["gpu_util"], ".2f"),
             _num(row["queueing_delay"], ".2f"),
             f"{row['completed']:.0f}/{row['jobs']:.0f}",
-            _num(ratio, ".3f"),
+            *(f"{_num(p.get('mean'), '.3f')} ± {_num(p.get('ci95'), '.3f')}" for p in pairs),
         )
     return table
 

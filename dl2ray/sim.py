@@ -28,7 +28,14 @@ import numpy as np
 from dl2ray.cluster import make_placer
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
-from dl2ray.speed import SpeedModel, interference_factor, layout_of, variation_factors
+from dl2ray.speed import (
+    SpeedModel,
+    colocation_factor,
+    deviation_divisor,
+    job_factors,
+    layout_of,
+    variation_factors,
+)
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Observation, Tasks
 from dl2ray.workload import JobSpec, Trace
 
@@ -53,6 +60,7 @@ class _Job:
     history: tuple[Observation, ...] = ()
     first_run_slot: int | None = None
     end_time: float | None = None  # slots, fractional
+    factors: tuple[float, float] | None = None  # compute and communication time factors (job deviation)
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,7 @@ class Simulator:
     def reset(self, seed: int) -> ClusterView:
         """Start a run; returns the view of slot 0."""
         self.rng = np.random.default_rng([seed, 0x5EED])
+        self._seed = seed
         if self._fixed_trace is not None:
             trace = self._fixed_trace
         else:
@@ -214,7 +223,9 @@ class Simulator:
     def _admit(self) -> None:
         while self._pending and self._pending[-1].arrival_slot <= self.slot:
             spec = self._pending.pop()
-            self.jobs[spec.job_id] = _Job(spec, self.catalogue.index(spec.job_type))
+            d = self.cfg.speed.job_deviation
+            factors = job_factors(self._seed, spec.job_id, d) if d > 0 else None
+            self.jobs[spec.job_id] = _Job(spec, self.catalogue.index(spec.job_type), factors=factors)
 
     def _job_view(self, j: _Job) -> JobView:
         jt = self.catalogue.types[j.type_index]
@@ -307,26 +318,34 @@ class Simulator:
         return {j: placed.get(j, JobPlacement((), ())) for j in allocation.tasks}
 
     def _interference(self, placement: dict[int, JobPlacement]) -> dict[int, float]:
+        """Per placed job: ``1 - s·o``, ``o`` the largest dominant share of one of its nodes that other
+        jobs' tasks hold (:func:`dl2ray.speed.colocation_factor`); empty when ``speed.interference`` is 0."""
         s = self.cfg.speed.interference
         if s <= 0:
             return {}
-        on_node: dict[int, set[int]] = {}
+        n = self.capacity.shape[0]
+        total = np.zeros((n, 3))
+        own: dict[int, dict[int, np.ndarray]] = {}
         for j, pl in placement.items():
-            for node in (*pl.worker_nodes, *pl.ps_nodes):
-                on_node.setdefault(node, set()).add(j)
+            ti = self.jobs[j].type_index
+            per_node = own.setdefault(j, {})
+            wd, pd = self._worker_demand[ti], self._ps_demand[ti]
+            for nodes, demand in ((pl.worker_nodes, wd), (pl.ps_nodes, pd)):
+                for node in nodes:
+                    total[node] += demand
+                    per_node[node] = per_node.get(node, 0.0) + demand
+        inv = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         out = {}
-        for j, pl in placement.items():
-            nodes = (*pl.worker_nodes, *pl.ps_nodes)
-            if nodes:
-                others = sum(len(on_node[n]) - 1 for n in nodes) / len(nodes)
-                out[j] = interference_factor(others, s)
+        for j, per in own.items():
+            if per:
+                others = max(float(np.max((total[node] - mine) * inv[node])) for node, mine in per.items())
+                out[j] = colocation_factor(others, s)
         return out
 
     def _progress(
         self, allocation: Allocation, placement: dict[int, JobPlacement]
     ) -> tuple[dict[int, float], list[int], float]:
         slot_s = self.cfg.sim.slot_seconds
-        change_s = min(self.cfg.sim.change_seconds, slot_s)
         interference = self._interference(placement)
         ids = [j for j in self.jobs]
         noise = variation_factors(self.rng, self.cfg.speed.variation, len(ids))
@@ -341,28 +360,22 @@ class Simulator:
             pl = placement.get(job_id, JobPlacement((), ()))
             used += t.workers * self._worker_demand[job.type_index]
             used += t.ps * self._ps_demand[job.type_index]
-            changed = job.slots_run > 0 and (t.workers, t.ps) != (job.workers, job.ps)
+            before = (job.workers, job.ps, job.worker_nodes, job.ps_nodes)
             job.workers, job.ps = t.workers, t.ps
             job.worker_nodes, job.ps_nodes = pl.worker_nodes, pl.ps_nodes
             if t.workers == 0 or t.ps == 0:
                 continue
+            change = self._change(job, before, t)
             if job.first_run_slot is None:
                 job.first_run_slot = self.slot
                 self.result.first_run[job_id] = self.slot
             job.slots_run += 1
-            lost = change_s if changed else 0.0
-            rate = self.speed.epochs_per_second(
-                job.type_index, layout_of(pl.worker_nodes, pl.ps_nodes)
-            )
-            rate *= noise[i] * interference.get(job_id, 1.0)
-            available = slot_s - lost
-            epochs = rate * available
-            seconds = available
-            remaining = job.spec.true_epochs - job.done
-            if epochs >= remaining - _EPS and rate > 0:
-                seconds = remaining / rate
-                epochs = remaining
-                job.end_time = self.slot + (lost + seconds) / slot_s
+            scale = noise[i] * interference.get(job_id, 1.0)
+            rate = self._rate(job, pl.worker_nodes, pl.ps_nodes) * scale
+            old_rate = self._rate(job, before[2], before[3]) * scale if change.ramp > 0 else 0.0
+            epochs, seconds, finish = _train(slot_s, change, old_rate, rate, job.spec.true_epochs - job.done)
+            if finish is not None:
+                job.end_time = self.slot + finish / slot_s
                 completed.append(job_id)
             job.done += epochs
             epochs_by_job[job_id] = epochs
@@ -387,9 +400,65 @@ class Simulator:
             self.result.end_time[job_id] = job.end_time
         return epochs_by_job, completed, reward
 
+    def _rate(self, job: _Job, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
+        """Epochs/s of ``job`` on this layout before noise: its type's speed over its own factors."""
+        layout = layout_of(worker_nodes, ps_nodes)
+        rate = self.speed.epochs_per_second(job.type_index, layout)
+        if job.factors is not None:
+            rate /= deviation_divisor(self.speed.compute_fraction(job.type_index, layout), job.factors)
+        return rate
+
+    def _change(self, job: _Job, before: tuple, now: Tasks) -> Change:
+        """What ``job`` pays this slot for moving from ``before`` (its previous workers, PS and nodes) to
+        ``now`` under ``sim.change_cost`` (:class:`Change`)."""
+        sim = self.cfg.sim
+        if sim.change_cost == "none":
+            return Change()
+        slot_s = sim.slot_seconds
+        was_running = before[0] > 0 and before[1] > 0
+        changed = job.slots_run > 0 and (now.workers, now.ps) != (before[0], before[1])
+        if sim.change_cost == "checkpoint_restart":
+            lost = sim.checkpoint_restart_s if changed else 0.0
+            return Change(lost=min(lost + (0.0 if was_running else sim.task_start_s), slot_s))
+        if not was_running:  # hot: first start or resume, every task starts
+            return Change(lost=min(sim.task_start_s + (sim.hot_scaling_s if changed else 0.0), slot_s))
+        if not changed:
+            return Change()
+        grows = now.workers > before[0] or now.ps > before[1]
+        ramp = min(sim.task_start_s, slot_s) if grows else 0.0
+        return Change(lost=min(sim.hot_scaling_s, slot_s - ramp), ramp=ramp)
+
     def _loss(self, job: _Job) -> float:
         b0 = self._b0_scale / job.spec.true_epochs
         return 1.0 / (b0 * job.done + 1.0) + LOSS_FLOOR
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A job's cost of its deployment change in one slot (seconds): ``ramp`` seconds at its previous
+    deployment's speed while new tasks start (hot scale-up), then ``lost`` seconds of no training (the
+    hot-scaling suspension, a restart, or tasks starting from nothing), then the new deployment."""
+
+    lost: float = 0.0
+    ramp: float = 0.0
+
+
+def _train(slot_s: float, change: Change, old_rate: float, rate: float,
+           remaining: float) -> tuple[float, float, float | None]:
+    """``(epochs, training seconds, finish)`` of one job in one slot: ``change.ramp`` seconds at
+    ``old_rate``, ``change.lost`` idle, the rest at ``rate`` (epochs/s); ``finish`` is the second of the
+    slot at which ``remaining`` epochs are done, or None when they are not."""
+    ramp_epochs = old_rate * change.ramp
+    if change.ramp > 0 and ramp_epochs >= remaining - _EPS and old_rate > 0:
+        seconds = remaining / old_rate
+        return remaining, seconds, seconds
+    available = slot_s - change.lost - change.ramp
+    epochs = rate * available
+    left = remaining - ramp_epochs
+    if epochs >= left - _EPS and rate > 0:
+        seconds = left / rate
+        return remaining, change.ramp + seconds, change.ramp + change.lost + seconds
+    return ramp_epochs + epochs, change.ramp + available, None
 
 
 def run_episode(sim: Simulator, scheduler, seed: int) -> RunResult:

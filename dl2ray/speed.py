@@ -16,9 +16,18 @@ PS and ``w`` workers placed on nodes::
 - ``placement_factor`` = t_ref / t_layout from the analytic PS model below,
   with ``t_ref`` the iteration time when every task has a node of its own
   (the measurement setting); co-location makes it > 1, crowded NICs < 1.
+- job deviation (``speed.job_deviation`` = d): every job draws, once for its
+  life, a compute factor ``a`` and a communication factor ``b``, each
+  U(1 - d, 1 + d) (:func:`job_factors`); its iteration time is the type's
+  times ``φ·a + (1 - φ)·b``, with ``φ`` the compute share of the iteration
+  in the analytic model below for the job's layout (:meth:`SpeedModel.compute_fraction`).
+  Since ``φ`` changes with ``(p, w)``, a job with slow communication gains more
+  from PS than its type does: the best PS:worker ratio differs from job to job.
 - variation: × U(1 - v, 1 + v) per job and slot (Fig. 13 of the DL2 paper).
-- interference: × (1 - s·k̄) with k̄ the mean number of *other* jobs on the
-  nodes of the job's tasks and ``s`` the configured slowdown, floored at 0.1.
+- interference (``speed.interference`` = s): × ``1 - s·o`` with ``o`` the
+  largest share of any node of the job held by *other* jobs' tasks (dominant
+  resource; :func:`colocation_factor`): synchronous training runs at its
+  slowest task's pace, and a task on a node full of others is ``s`` slower.
 
 Analytic PS model (``speed.model: analytic`` uses it alone): every worker
 pushes and pulls every PS shard once per iteration, ``2·M/p`` MB per
@@ -304,6 +313,7 @@ class SpeedModel:
         self.model = model
         self.placement_aware = placement_aware
         self._speed = lru_cache(maxsize=200_000)(self._speed_uncached)
+        self._phi = lru_cache(maxsize=200_000)(self._phi_uncached)
 
     def batches_per_second(self, type_index: int, layout: Layout) -> float:
         """Job speed (batches/s) of the deterministic model, cached per layout."""
@@ -321,6 +331,15 @@ class SpeedModel:
         if self.model == "analytic":
             return analytic_speed(jt, spread_layout(workers, ps))
         return self.surfaces[jt.name](ps, workers)
+
+    def compute_fraction(self, type_index: int, layout: Layout) -> float:
+        """``φ``: the analytic model's compute time over its iteration time for this layout, in (0, 1]."""
+        return self._phi(type_index, layout)
+
+    def _phi_uncached(self, type_index: int, layout: Layout) -> float:
+        jt = self.catalogue.types[type_index]
+        t = analytic_iteration_time(jt, layout)
+        return 1.0 if not np.isfinite(t) else jt.compute_s / t
 
     def _speed_uncached(self, type_index: int, layout: Layout) -> float:
         w = sum(n[0] for n in layout)
@@ -344,7 +363,30 @@ def variation_factors(rng: np.random.Generator, v: float, n: int) -> np.ndarray:
     return rng.uniform(1.0 - v, 1.0 + v, size=n)
 
 
-def interference_factor(colocated_jobs: float, slowdown: float) -> float:
-    """Multiplier for a job whose tasks share nodes with ``colocated_jobs`` others
-    on average: ``max(0.1, 1 - slowdown × colocated_jobs)``."""
-    return max(0.1, 1.0 - slowdown * colocated_jobs)
+JOB_FACTOR_STREAM = 0xDE5
+"""Third word of a job's factor seed ``[trace seed, job id, JOB_FACTOR_STREAM]``."""
+
+
+def job_factors(seed: int, job_id: int, deviation: float) -> tuple[float, float]:
+    """``(a, b)``: job ``job_id``'s compute and communication time factors, each U(1 - d, 1 + d).
+
+    Drawn from a generator of its own, seeded by the run's seed and the job id, so
+    a job's factors do not depend on which other jobs exist or on what a scheduler
+    did (counterfactual branches and every scheduler see the same job). ``(1, 1)``
+    without a draw when ``deviation`` is 0.
+    """
+    if deviation <= 0:
+        return 1.0, 1.0
+    a, b = np.random.default_rng([seed, job_id, JOB_FACTOR_STREAM]).uniform(1 - deviation, 1 + deviation, 2)
+    return float(a), float(b)
+
+
+def deviation_divisor(phi: float, factors: tuple[float, float]) -> float:
+    """``φ·a + (1 - φ)·b``: a job's iteration time over its type's (module docstring)."""
+    a, b = factors
+    return phi * a + (1.0 - phi) * b
+
+
+def colocation_factor(others_share: float, slowdown: float) -> float:
+    """Speed multiplier ``1 - slowdown × others_share`` (``others_share`` in [0, 1])."""
+    return 1.0 - slowdown * min(max(others_share, 0.0), 1.0)

@@ -25,6 +25,13 @@ settings.load_profile("dl2ray")
 
 @pytest.fixture(scope="session")
 def testbed() -> ExperimentConfig:
+    """The clairvoyant testbed (every job of a type at its surface, exact lengths): hand-computed tests."""
+    return load_config(CONFIGS / "testbed-clairvoyant.yaml")
+
+
+@pytest.fixture(scope="session")
+def realistic() -> ExperimentConfig:
+    """The shipped testbed config: the realistic information model and the operator's profile."""
     return load_config(CONFIGS / "testbed.yaml")
 
 

@@ -13,7 +13,7 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 def small_config(**groups) -> ExperimentConfig:
     """The testbed config with whole groups replaced (dicts are validated)."""
-    raw = load_config(CONFIGS / "testbed.yaml").model_dump()
+    raw = load_config(CONFIGS / "testbed-clairvoyant.yaml").model_dump()
     for key, value in groups.items():
         raw[key] = value if not isinstance(value, dict) else {**raw.get(key, {}), **value}
     raw["base_dir"] = str(CONFIGS)

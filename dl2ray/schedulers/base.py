@@ -33,10 +33,24 @@ def dominant_share(job: JobView, workers: int, ps: int, total: np.ndarray) -> fl
 
 Factory = Callable[[str | None, object], Scheduler]
 _REGISTRY: dict[str, Callable[[], Factory]] = {}
+_REFERENCES: set[str] = set()
 
 
-def register(name: str, loader: Callable[[], Factory]) -> None:
+def register(name: str, loader: Callable[[], Factory], reference: bool = False) -> None:
+    """Add scheduler ``name``. A ``reference`` reads the simulator's truth (it is never deployable) and is
+    built with the whole config; every other scheduler gets the operator's config
+    (:func:`dl2ray.knowledge.operator_config`), in which the truth cannot be read."""
     _REGISTRY[name] = loader
+    if reference:
+        _REFERENCES.add(name)
+    else:
+        _REFERENCES.discard(name)
+
+
+def is_reference(spec: str) -> bool:
+    """Is the scheduler of ``spec`` (``name`` or ``name:arg``) a truth-reading reference?"""
+    _load_builtin()
+    return spec.partition(":")[0].strip().lower() in _REFERENCES
 
 
 def scheduler_names() -> list[str]:
@@ -48,9 +62,16 @@ def make_scheduler(spec: str, cfg: object) -> Scheduler:
     """Build a scheduler from ``name`` or ``name:argument`` (e.g. ``dl2:models/x.pt``)."""
     _load_builtin()
     name, _, arg = spec.partition(":")
-    loader = _REGISTRY.get(name.strip().lower())
+    key = name.strip().lower()
+    loader = _REGISTRY.get(key)
     if loader is None:
         raise UserError(f"unknown scheduler {name!r}; known: {sorted(_REGISTRY)}")
+    if key not in _REFERENCES and cfg is not None:
+        from dl2ray.config import ExperimentConfig
+        from dl2ray.knowledge import operator_config
+
+        if isinstance(cfg, ExperimentConfig):
+            cfg = operator_config(cfg)
     return loader()(arg or None, cfg)
 
 

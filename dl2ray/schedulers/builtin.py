@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dl2ray.errors import UserError
 from dl2ray.schedulers.base import register
 
 
@@ -22,28 +23,17 @@ def register_builtin() -> None:
         return lambda arg, cfg: Oracle.from_config(cfg)
 
     register("drf-static", drf_static)
-    register("oracle", oracle)
+    register("oracle", oracle, reference=True)
     # fifo/srtf/tetris give a job at most its requested size; *-published fill it to its caps.
     for name in _SIZED:
         register(name, _sized(name, requested=True))
         register(f"{name}-published", _sized(name, requested=False))
 
-    def optimus():
-        from dl2ray.schedulers.optimus import DEFAULT_GAP, Optimus
-
-        return lambda arg, cfg: Optimus(
-            cfg.sim.convergence_gap if cfg is not None else DEFAULT_GAP
-        )
-
     register("drf", drf)
-    register("optimus", optimus)
+    register("optimus", _optimus)
 
-    def planner():
-        from dl2ray.schedulers.planner import Planner, profiled_cost
-
-        return lambda arg, cfg: Planner(profiled_cost(cfg, arg or "surfaces"))
-
-    register("planner", planner)
+    register("planner", _planner)
+    register("planner-truth", _planner_truth, reference=True)
 
     def dl2():
         from dl2ray.schedulers.dl2 import DL2Scheduler
@@ -71,6 +61,32 @@ def register_builtin() -> None:
     register("harmony-planner", _harmony_planner)
     for name in ("lb-place", "tetris-place", "lif-linear", "random-place", "pack-place"):
         register(name, _harmony_baseline(name))
+
+
+def _optimus():
+    from dl2ray.schedulers.optimus import DEFAULT_GAP, Optimus
+
+    def build(arg, cfg):
+        if arg not in (None, "type"):
+            raise UserError(f"optimus:{arg}: unknown variant; known: optimus (per-job fits), optimus:type")
+        return Optimus(cfg.sim.convergence_gap if cfg is not None else DEFAULT_GAP, per_job=arg is None)
+    return build
+
+
+def _planner():
+    from dl2ray.schedulers.planner import Planner, operator_cost
+
+    return lambda arg, cfg: Planner(operator_cost(cfg, arg))
+
+
+def _planner_truth():
+    from dl2ray.schedulers.planner import Planner, profiled_cost
+
+    def build(arg, cfg):
+        planner = Planner(profiled_cost(cfg, arg or "surfaces"))
+        planner.name, planner.reference = "planner-truth", True
+        return planner
+    return build
 
 
 _SIZED = {"fifo": "FIFO", "srtf": "SRTF", "tetris": "Tetris"}

@@ -11,10 +11,16 @@ Per decision:
    (``k*`` at the convergence gap ``δ``), or ``est_epochs - done`` until the
    job has 3 loss points, when the fit is degenerate, or when the fit claims
    the job already converged (it has not, or it would not be in the view);
-2. speed ``f_t(p, w)`` per job type, fitted to every observation of the type
-   (a sublinear prior before two distinct ``(p, w)`` were seen; a type never
-   seen gets the prior scaled so a job of ``base_epochs`` takes as long as the
-   mean of the seen types);
+2. speed ``f_j(p, w)`` per job, as the paper fits it, from the job's own
+   observations: once the job has run at :data:`OWN_FIT_POINTS` distinct
+   ``(p, w)``, its own NNLS fit of Optimus's form; before that (the paper
+   profiles a job with short sample runs at its start, for which a time-slotted
+   cluster has no room) the fit of its *type* — every observation of every job
+   of the type, a sublinear prior before two distinct ``(p, w)`` were seen, a
+   type never seen scaled so a job of ``base_epochs`` takes as long as the mean
+   of the seen types — scaled to the job's own observed step times when it has
+   any. ``optimus:type`` is the per-type fit alone (the pre-issue-21 Optimus,
+   which the clairvoyant world's numbers were measured with);
 3. every job, in arrival order, gets 1 PS + 1 worker while they fit;
 4. then, repeatedly, the single worker or PS over all jobs with the largest
    ``(R/f(p, w) - R/f(p', w')) / s`` is added, ``s`` the dominant share of
@@ -42,35 +48,56 @@ from dl2ray.schedulers.optimus_fit import (
 from dl2ray.view import Allocation, ClusterView, JobView
 
 DEFAULT_GAP = 0.01
+OWN_FIT_POINTS = 3
+"""Distinct ``(p, w)`` a job must have run at before Optimus fits its speed from its own points alone."""
 _ROLES = ("worker", "ps")
 
 
 class Optimus:
+    """``per_job``: fit each job's speed (the paper); False: one fit per job type (``optimus:type``)."""
+
     name = "optimus"
 
-    def __init__(self, convergence_gap: float = DEFAULT_GAP) -> None:
+    def __init__(self, convergence_gap: float = DEFAULT_GAP, per_job: bool = True) -> None:
         if not 0 < convergence_gap < 1:
             raise ValueError("convergence_gap must be in (0, 1)")
         self.gap = convergence_gap
+        self.per_job = per_job
         self._new = NewObservations()
         self._speed: dict[int, SpeedFit] = {}
+        self._job_speed: dict[int, SpeedFit] = {}
         self._kstar: dict[int, tuple[int, float | None]] = {}
 
     def reset(self, seed: int) -> None:
         self._new.reset()
         self._speed.clear()
+        self._job_speed.clear()
         self._kstar.clear()
 
     # -- models -----------------------------------------------------------------------
 
     def observe(self, view: ClusterView) -> None:
-        """Add the view's new observations to the per-type speed fits."""
+        """Add the view's new observations to the per-type (and per-job) speed fits."""
         for job, new in self._new.by_job(view):
-            self._speed_fit(view, job.type_index).add_many(
-                (p, w, e / s) for _, p, w, e, s, _ in new if e > 0 and s > 0
-            )
+            points = [(p, w, e / s) for _, p, w, e, s, _ in new if e > 0 and s > 0]
+            self._speed_fit(view, job.type_index).add_many(points)
+            if self.per_job and points:
+                batch = view.catalogue.types[job.type_index].batch_size
+                self._job_speed.setdefault(job.job_id, SpeedFit(batch)).add_many(points)
         live = {j.job_id for j in view.jobs}
         self._kstar = {j: v for j, v in self._kstar.items() if j in live}
+        self._job_speed = {j: v for j, v in self._job_speed.items() if j in live}
+
+    def job_coefficients(self, job: JobView, type_coef: tuple[float, float, float, float]
+                         ) -> tuple[float, float, float, float]:
+        """Step-time coefficients of ``job`` (module docstring, step 2) given its type's."""
+        own = self._job_speed.get(job.job_id)
+        if own is None:
+            return type_coef
+        if own.points >= OWN_FIT_POINTS:
+            return own.coefficients(1.0)
+        scale = own.mean_ratio(lambda p, w: step_time(type_coef, p, w))
+        return (type_coef[0] * scale, type_coef[1] * scale, type_coef[2] * scale, type_coef[3] * scale)
 
     def _speed_fit(self, view: ClusterView, t: int) -> SpeedFit:
         fit = self._speed.get(t)
@@ -120,8 +147,12 @@ class Optimus:
         self.observe(view)
         self.fit_convergence(view)
         coef = self.coefficients(view)
+        if self.per_job:
+            jobs = [self.job_coefficients(j, coef[j.type_index]) for j in view.jobs]
+            greedy = Greedy(view, lambda i, p, w: step_time(jobs[i], p, w) / w, per_job=True)
+        else:
+            greedy = Greedy(view, lambda t, p, w: step_time(coef[t], p, w) / w)
         placer = view.placer()
-        greedy = Greedy(view, lambda t, p, w: step_time(coef[t], p, w) / w)
         for i in sorted(range(len(view.jobs)), key=lambda i: _arrival(view.jobs[i])):
             job = view.jobs[i]
             if placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
@@ -149,16 +180,19 @@ class Greedy:
 
     ``seconds_per_epoch(type_index, ps, workers)`` is the speed model the
     gains are computed with: Optimus's fitted one, or the simulator's true
-    surfaces for the ``oracle`` reference. ``relative``: the gain is the
+    surfaces for the ``oracle`` reference; with ``per_job`` its first argument
+    is the job's index in the view (a model per job). ``relative``: the gain is the
     *fraction* of the job's remaining time saved, ``(c − c')/c / s`` with
     ``c`` the seconds per epoch, instead of the seconds saved ``R·(c − c')/s``
     (the planner's rule: it does not favour long jobs).
     """
 
-    def __init__(self, view: ClusterView, seconds_per_epoch, relative: bool = False) -> None:
+    def __init__(self, view: ClusterView, seconds_per_epoch, relative: bool = False,
+                 per_job: bool = False) -> None:
         self.view = view
         self.cost = seconds_per_epoch
         self.relative = relative
+        self.per_job = per_job  # the cost's first argument: the job's index in the view, not its type
         self.dom = task_shares(view)
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.tasks: dict[int, list[int]] = {}  # job index -> [workers, ps]
@@ -174,9 +208,9 @@ class Greedy:
     def _push(self, i: int) -> None:
         job = self.view.jobs[i]
         w, p = self.tasks[i]
-        t = job.type_index
+        t = i if self.per_job else job.type_index
         now = self.cost(t, p, w)
-        dom_w, dom_p = self.dom[t]
+        dom_w, dom_p = self.dom[job.type_index]
         best, role = 0.0, -1
         if 0 not in self.blocked[i] and w < job.max_workers:
             gain = (now - self.cost(t, p, w + 1)) / max(dom_w, 1e-12)

@@ -197,6 +197,18 @@ class SpeedFit:
     def observed(self) -> bool:
         return bool(self._count)
 
+    @property
+    def points(self) -> int:
+        """Distinct ``(p, w)`` observed."""
+        return len(self._count)
+
+    def mean_ratio(self, step) -> float:
+        """Mean over the observed ``(p, w)`` of observed mean step time / ``step(p, w)`` (1 if none)."""
+        if not self._count:
+            return 1.0
+        ratios = [self._sum[k] / self._count[k] / step(*k) for k in self._count]
+        return float(np.mean(ratios))
+
     def add(self, ps: int, workers: int, epochs_per_second: float) -> None:
         self.add_many(((ps, workers, epochs_per_second),))
 

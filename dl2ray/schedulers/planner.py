@@ -1,15 +1,20 @@
 """Planner: greedy allocation on *profiled* speeds — the strong, deployable teacher of DL2's warm start.
 
-A cluster that profiles its job types offline (the testbed measurements that
-``dl2ray fit-speed`` turns into ``configs/speed/``) can plan with those
-profiles instead of learning speeds online as Optimus does. The planner reads
-only the profile files and the view (declared epochs), never the simulator:
-placement effects, speed variation and interference stay unknown to it.
+A cluster that profiles its job types (``dl2ray profile``: each type measured
+at a few ``(PS, workers)`` points, with error; :mod:`dl2ray.profile`) can plan
+with that profile instead of learning speeds online as Optimus does. The
+``planner`` reads only the operator's profile (the config's ``profile:``) and
+the view (declared epochs), never the simulator: per-job speed deviations,
+placement effects, variation and interference stay unknown to it.
+
+``planner-truth`` is the same algorithm on the simulator's true type surfaces
+(``configs/speed/``; ``planner-truth:optimus-fit``: Optimus's form fitted to
+every real measurement) — a labelled reference, not deployable; it is what the
+planner was before the operator's profile existed, so the ``*-clairvoyant``
+configs reproduce the old numbers with it.
 
 Per decision, for job ``j`` of type ``t`` with ``p`` PS and ``w`` workers and
-``c_t(p, w)`` the profiled seconds per epoch (``profile``: ``surfaces`` = the
-interpolated measurements, ``optimus-fit`` = Optimus's parametric step-time
-form fitted offline to the same measurements):
+``c_t(p, w)`` the seconds per epoch of the profile (or the truth):
 
 1. jobs in order of remaining time at one bundle, ``R_j·c_t(1, 1)`` (shortest
    first; ties: arrival, id), get one worker + one PS while they fit;
@@ -43,8 +48,22 @@ Cost = Callable[[int, int, int], float]
 """``(type_index, ps, workers) -> seconds per epoch`` (inf when the job cannot train)."""
 
 
+def operator_cost(cfg, path: str | None = None) -> Cost:
+    """Seconds per epoch per ``(type_index, ps, workers)`` from the operator's profile: the file ``path``
+    (``planner:FILE``), else the config's ``profile:``."""
+    from dl2ray.profile import config_profile, load_profile
+
+    if path:
+        prof = load_profile(path)
+        prof.covers(cfg.catalogue, path)
+    else:
+        prof = config_profile(cfg)
+    return prof.seconds_per_epoch(cfg.catalogue)
+
+
 def profiled_cost(cfg, profile: str = "surfaces") -> Cost:
-    """Seconds per epoch per ``(type_index, ps, workers)`` from the config's profile files (cached)."""
+    """Seconds per epoch per ``(type_index, ps, workers)`` from the simulator's true speed files (cached):
+    the reference ``planner-truth``."""
     from dl2ray.speed import OPTIMUS_FILE, load_surfaces, optimus_speed
 
     cat = cfg.catalogue
@@ -85,6 +104,7 @@ class Planner:
     """Shortest-first bundles, then the relative-gain greedy (see the module docstring)."""
 
     name = "planner"
+    reference = False
 
     def __init__(self, cost: Cost) -> None:
         self.cost = cost

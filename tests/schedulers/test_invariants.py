@@ -3,7 +3,8 @@
 Hypothesis draws tiny clusters (1-6 nodes, mixed capacities; node 0 always
 hosts a bundle of every job type) and tiny traces (1-8 jobs, random types,
 arrivals and lengths, estimates off by up to ±30 %), runs them through the
-simulator with a fixed trace and checks every slot's allocation against the
+simulator of the realistic testbed config (per-job speed deviation, noise,
+interference, hot-scaling costs) with a fixed trace and checks every slot's allocation against the
 view it answered: capacity per node (recomputed here from the placement),
 caps, only arrived and uncompleted jobs; then that every job completes
 exactly once and that the same seed gives the same completion times (the
@@ -131,10 +132,10 @@ def _untrained_shape(cfg):
     jobs=st.lists(job_st, min_size=1, max_size=8),
     seed=st.integers(0, 2**16),
 )
-def test_scheduler_invariants(name, policy, testbed, speed_model, first, others, jobs, seed):
-    cfg = testbed.model_copy(update={
+def test_scheduler_invariants(name, policy, realistic, speed_model, first, others, jobs, seed):
+    cfg = realistic.model_copy(update={
         "cluster": ClusterConfig(nodes=(first, *others), placement=policy),
-        "sim": testbed.sim.model_copy(update={"max_slots": MAX_SLOTS}),
+        "sim": realistic.sim.model_copy(update={"max_slots": MAX_SLOTS}),
     })
     trace = _trace(cfg.catalogue, jobs)
     sim = Simulator(cfg, speed_model, trace=trace)
