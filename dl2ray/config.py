@@ -248,6 +248,10 @@ class ShapeConfig(_Frozen):
         default=0.02, gt=0, description="stop an update's Adam steps once the mean KL(old ‖ new) over every "
         "job of its slots exceeds this (nats); None: all epochs")
     entropy_weight: float = Field(default=0.0, ge=0, description="entropy bonus weight")
+    profile_features: bool = Field(
+        default=False, description="describe jobs by the operator's profile instead of a job-type one-hot: "
+        "per job its estimated slots to finish and its observed speed over the profile's, per menu row its "
+        "profiled speed-up and time to finish (dl2ray.policy.shape); the policy runs on unseen job types")
 
     @field_validator("menu_workers", "menu_ps")
     @classmethod
@@ -302,6 +306,11 @@ class PolicyConfig(_Frozen):
         "times its PS (or PS this many times its workers) this slot is in a poor state"
     )
     improve: ImproveConfig = ImproveConfig()
+    train_world: Literal["truth", "operator"] = Field(
+        default="truth", description="the simulator the learners train in (SL teacher runs, RL experience): "
+        "truth = the simulator's true speeds; operator = the operator's profile in their place "
+        "(dl2ray.experiments.build_simulator), so no trained weight has seen the truth. Model selection "
+        "(validation JCT) and every reported number run on the truth")
     arch: Literal["paper", "shape"] = Field(
         default="paper", description="paper: the DL2 paper's 3J+1 incremental actions over a window "
         "(dl2ray.policy.encoding); shape: one (workers, PS) menu row per job, one scorer shared by "

@@ -94,7 +94,7 @@ class DL2Env(gym.Env):
             raise ValueError(f"max_slots: {cutoff}: must be at least 1")
         self.max_slots = min(int(cutoff), cfg.sim.max_slots) if cutoff is not None else cfg.sim.max_slots
         self.enc = Encoding.from_config(cfg)
-        self.sim: Simulator = build_simulator(cfg)
+        self.sim: Simulator = build_simulator(cfg, world=cfg.policy.train_world)
         self.observation_space = spaces.Dict({
             "observations": spaces.Box(0.0, 1.0, (self.enc.state_dim,), np.float32),
             "action_mask": spaces.Box(0.0, 1.0, (self.enc.action_dim,), np.float32),

@@ -48,6 +48,16 @@ class Hidden:
     def __repr__(self) -> str:
         return f"Hidden({object.__getattribute__(self, '_field')!r})"
 
+    def _use(self, *_args):
+        raise TruthAccessError(
+            f"{object.__getattribute__(self, '_field')} is the simulator's truth: a deployable scheduler "
+            "cannot use it (only references may; dl2ray.knowledge)")
+
+    # any use of a hidden scalar (arithmetic, comparison, conversion, formatting) raises too
+    __float__ = __int__ = __index__ = __bool__ = __format__ = _use
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _use
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = __abs__ = __pow__ = __rpow__ = _use
+
 
 class _OperatorConfig(ExperimentConfig):
     """An :class:`ExperimentConfig` whose truth fields are :class:`Hidden` (never validated again)."""

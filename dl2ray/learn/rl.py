@@ -176,7 +176,7 @@ class Trainer:
         if opts.algo == "improve":
             imp = cfg.policy.improve
             self.opt = ActorCriticOptimizer(policy, value, imp.lr, opts.max_grad_norm)
-            sims = [build_simulator(cfg) for _ in range(imp.envs)]
+            sims = [build_simulator(cfg, world=cfg.policy.train_world) for _ in range(imp.envs)]
             train_seeds = seedsets.training(opts.traces)
             select = "random" if opts.zero_advantage else "best"
             self.improver = (
@@ -190,7 +190,8 @@ class Trainer:
             self.labels = ImitationBuffer(imp.buffer, self.enc.state_dim, self.enc.action_dim)
         else:
             explore = JobAwareExploration.from_config(cfg) if opts.exploration else None
-            self.collector = Collector(build_simulator(cfg), self.enc, seedsets.training(opts.traces),
+            self.collector = Collector(build_simulator(cfg, world=cfg.policy.train_world), self.enc,
+                                       seedsets.training(opts.traces),
                                        self.sample_rng, explore, self.explore_rng)
             self.buffer = (ReplayBuffer(cfg.policy.replay_size, self.enc.state_dim, self.enc.action_dim,
                                         opts.prioritized) if opts.replay else None)

@@ -60,7 +60,8 @@ class ShapeTrainer:
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
         self.sample_rng = np.random.default_rng([seed, 1])
         self.collector = CounterfactualCollector(
-            [build_simulator(cfg) for _ in range(s.envs)], self.enc, seedsets.training(opts.traces),
+            [build_simulator(cfg, world=cfg.policy.train_world) for _ in range(s.envs)], self.enc,
+            seedsets.training(opts.traces),
             self.sample_rng, s.horizon, s.gamma, s.jobs_per_slot, s.samples, s.uniform, s.temperature)
         self.updates = 0
         self.val_seeds = seedsets.validation(opts.val_traces)

@@ -69,10 +69,12 @@ def _simulators(cfg: ExperimentConfig, trace_seeds: Sequence[int], traces: Seque
     """``(simulator, seed)`` per run: generated traces by seed, or the fixed ``traces`` (seed: noise only)."""
     from dl2ray.experiments import build_simulator
 
+    world = cfg.policy.train_world
     if traces is None:
-        sim = build_simulator(cfg)
+        sim = build_simulator(cfg, world=world)
         return [(sim, seed) for seed in trace_seeds]
-    return [(build_simulator(cfg, t), seed) for t, seed in zip(traces, trace_seeds, strict=False)]
+    return [(build_simulator(cfg, t, world=world), seed)
+            for t, seed in zip(traces, trace_seeds, strict=False)]
 
 
 def record(

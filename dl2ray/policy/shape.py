@@ -31,6 +31,29 @@ Global columns: jobs / cluster GPUs (or CPUs / 2 without GPUs), jobs / 100,
 and the cpu and gpu demand of every job at one worker + one PS over the
 cluster's capacity (each clipped to [0, 4]).
 
+**Profile features** (``policy.shape.profile_features``): the job type is
+described by the operator's profile (:mod:`dl2ray.profile`) instead of a
+one-hot, so the policy runs on types it never saw. With ``c(p, w)`` the
+profiled seconds per epoch of the job's type, ``R`` its remaining declared
+epochs and ``m`` its *observed slowness* — the geometric mean over the slots it
+trained of observed seconds per epoch over ``c`` at that slot's ``(p, w)``
+(1 before it trained, clipped to [e⁻¹, e]) — and ``T₁ = R·c(1, 1)·m /
+slot_seconds`` (slots to finish at one bundle), the job row is the 8 columns
+above without the one-hot, then (``PROFILE_JOB = 4``):
+
+====================  ===================================================================
+``8``                 log10(1 + T₁) / 3
+``9``                 ln m (in [-1, 1])
+``10``                GPUs per worker (0 for CPU-only types), clipped to [0, 1]
+``11``                ln(c(1, 1) / min over the menu of c) / 3: the profile's best speed-up
+====================  ===================================================================
+
+followed by ``ROW_DIM = 6`` columns for each menu row ``(w, p)`` (wait: zeros),
+row-major: ln(c(p, w) / c(1, 1)) / 3 clipped to [-1, 1/3]; log10(1 + T₁·c(p, w)/c(1, 1)) / 3;
+the row's dominant share of the cluster times the number of jobs, / 8, clipped
+to [0, 1] (1: every job at this row would fill the cluster eight times); 1 if
+the row is the job's previous deployment; w / 8; p / 16. So ``F = 12 + 6·K``.
+
 **Scores.** A network shared by all jobs (:mod:`dl2ray.policy.shape_net`)
 maps the ``(n, F)`` rows and the global row to ``(n, K)`` logits at once.
 
@@ -58,7 +81,7 @@ actions are recorded per job for learning.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -69,6 +92,14 @@ from dl2ray.view import Allocation, ClusterView
 
 JOB_EXTRA = 8
 """Job feature columns after the type one-hot."""
+PROFILE_JOB = 4
+"""Job columns from the profile (profile features)."""
+ROW_DIM = 6
+"""Columns per menu row (profile features)."""
+SLOWNESS_SLOTS = 8
+"""Trained slots (the most recent) the observed slowness ``m`` averages over."""
+GRID = 16
+"""Profile cost grids cover ``(p, w)`` in 1..GRID (larger counts use the edge)."""
 GLOBAL_DIM = 4
 WAIT = 0
 _EPS = 1e-9
@@ -77,23 +108,38 @@ _WORKER, _PS = 0, 1
 
 @dataclass(frozen=True)
 class ShapeEncoding:
-    """Dimensions of the shape policy's inputs and outputs; fixed by config and catalogue."""
+    """Dimensions of the shape policy's inputs and outputs; fixed by config and catalogue.
+
+    ``profile``: profile features (module docstring); ``cost`` then holds the
+    operator's profile as seconds per epoch, shape ``(L, GRID, GRID)`` indexed
+    ``[type, p - 1, w - 1]`` (inf where the type cannot train) — None for an
+    encoding that only describes a checkpoint's dimensions.
+    """
 
     num_types: int
     menu: tuple[tuple[int, int], ...]  # (workers, PS) per menu row; row 0 is (0, 0)
     slots_run_scale: float = 100.0
     work_conserving: bool = True  # wait is allowed only when no other row fits (module docstring)
+    profile: bool = False
+    cost: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, cfg) -> ShapeEncoding:
         s = cfg.policy.shape
         menu = ((0, 0), *((w, p) for w in s.menu_workers for p in s.menu_ps))
-        return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale, s.work_conserving)
+        cost = profile_cost_grid(cfg) if s.profile_features else None
+        return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale, s.work_conserving,
+                   s.profile_features, cost)
+
+    @property
+    def job_columns(self) -> int:
+        """Columns of a job's own part of its row (before the menu rows of profile features)."""
+        return JOB_EXTRA + PROFILE_JOB if self.profile else self.num_types + JOB_EXTRA
 
     @property
     def job_dim(self) -> int:
-        """``F = L + 8``."""
-        return self.num_types + JOB_EXTRA
+        """``F``: ``L + 8``, or ``12 + 6·K`` with profile features."""
+        return self.job_columns + (ROW_DIM * self.num_shapes if self.profile else 0)
 
     @property
     def global_dim(self) -> int:
@@ -118,14 +164,31 @@ class ShapeEncoding:
         return 1 + int(np.argmin(d))
 
 
+def profile_cost_grid(cfg) -> np.ndarray:
+    """The config's operator profile in seconds per epoch, ``(L, GRID, GRID)`` (:class:`ShapeEncoding`)."""
+    from dl2ray.profile import config_profile
+
+    cost = config_profile(cfg).seconds_per_epoch(cfg.catalogue)
+    grid = np.empty((len(cfg.catalogue), GRID, GRID))
+    for t in range(len(cfg.catalogue)):
+        for p in range(1, GRID + 1):
+            for w in range(1, GRID + 1):
+                grid[t, p - 1, w - 1] = cost(t, p, w)
+    grid.setflags(write=False)
+    return grid
+
+
 def job_features(view: ClusterView, enc: ShapeEncoding) -> tuple[np.ndarray, np.ndarray]:
     """``(X, g)``: job rows ``(n, F)`` float32 in view order and the global row ``(G,)`` float32."""
     jobs, n, L = view.jobs, len(view.jobs), enc.num_types
-    x = np.zeros((n, L + JOB_EXTRA), dtype=np.float32)
+    x = np.zeros((n, enc.job_dim), dtype=np.float32)
     total = view.total_capacity
-    if n:
+    if n and not enc.profile:
         ti = np.fromiter((j.type_index for j in jobs), np.int64, n)
         x[np.arange(n), ti] = 1.0
+    if enc.profile:
+        L = 0  # no one-hot: the 8 columns start at 0, the profile's follow
+    if n:
         rem = np.fromiter((j.remaining_epochs for j in jobs), np.float64, n)
         est = np.fromiter((j.est_epochs for j in jobs), np.float64, n)
         x[:, L] = np.clip(rem / est, 0.0, 1.0)
@@ -139,6 +202,8 @@ def job_features(view: ClusterView, enc: ShapeEncoding) -> tuple[np.ndarray, np.
         last = np.fromiter((_last_rate(j) for j in jobs), np.float64, n) * view.slot_seconds
         x[:, L + 6] = np.clip(last / rem, 0.0, 1.0)
         x[:, L + 7] = [1.0 if j.workers > 0 and j.ps > 0 else 0.0 for j in jobs]
+        if enc.profile:
+            _profile_columns(view, enc, x, rem)
     units = total[1] if total[1] > 0 else total[0] / 2.0
     if n:
         bundle = sum(j.worker_demand + j.ps_demand for j in jobs)
@@ -148,6 +213,56 @@ def job_features(view: ClusterView, enc: ShapeEncoding) -> tuple[np.ndarray, np.
     g = np.array([min(n / max(units, 1.0), 4.0), n / 100.0, min(load[0], 4.0), min(load[1], 4.0)],
                  dtype=np.float32)
     return x, g
+
+
+def observed_slowness(job, cost: np.ndarray) -> float:
+    """``m``: geometric mean over the job's last :data:`SLOWNESS_SLOTS` trained slots of observed s/epoch over
+    the profile's at that slot's ``(p, w)`` (1 before it trained), clipped to [e⁻¹, e]; ``cost`` is the
+    ``(GRID, GRID)`` grid of the job's type."""
+    logs = []
+    for o in reversed(job.history):
+        if o.epochs > 0 and o.seconds > 0:
+            logs.append(math.log(o.seconds / o.epochs / cost[min(o.ps, GRID) - 1, min(o.workers, GRID) - 1]))
+            if len(logs) == SLOWNESS_SLOTS:
+                break
+    return math.exp(min(max(sum(logs) / len(logs), -1.0), 1.0)) if logs else 1.0
+
+
+def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: np.ndarray) -> None:
+    """Fill the profile columns of ``x`` (n, F) in place (module docstring)."""
+    if enc.cost is None:
+        raise ValueError("profile features need the operator's profile (ShapeEncoding.from_config)")
+    jobs, n, k = view.jobs, len(view.jobs), enc.num_shapes
+    shapes = enc.shapes[1:]
+    ti = np.fromiter((j.type_index for j in jobs), np.int64, n)
+    grids = enc.cost[ti]  # (n, GRID, GRID)
+    c11 = grids[:, 0, 0]
+    rows = grids[:, np.minimum(shapes[:, 1], GRID) - 1, np.minimum(shapes[:, 0], GRID) - 1]  # (n, K-1)
+    slow = np.array([observed_slowness(j, enc.cost[t]) for j, t in zip(jobs, ti, strict=True)])
+    t1 = rem * c11 * slow / view.slot_seconds
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speedup = np.log(rows / c11[:, None])
+    c = JOB_EXTRA
+    x[:, c] = np.log10(1.0 + t1) / 3.0
+    x[:, c + 1] = np.log(slow)
+    x[:, c + 2] = np.clip([j.worker_demand[1] for j in jobs], 0.0, 1.0)
+    x[:, c + 3] = np.clip(-np.nanmin(np.where(np.isfinite(speedup), speedup, np.inf), axis=1), 0.0, 3.0) / 3.0
+    total = view.total_capacity
+    inv = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
+    wd = np.stack([j.worker_demand for j in jobs])
+    pd = np.stack([j.ps_demand for j in jobs])
+    share = ((shapes[None, :, 0, None] * wd[:, None, :] + shapes[None, :, 1, None] * pd[:, None, :])
+             * inv).max(axis=2)  # (n, K-1)
+    workers = np.fromiter((j.workers for j in jobs), np.int64, n)
+    ps = np.fromiter((j.ps for j in jobs), np.int64, n)
+    prev = (shapes[None, :, 0] == workers[:, None]) & (shapes[None, :, 1] == ps[:, None])
+    r = x[:, enc.job_columns:].reshape(n, k, ROW_DIM)
+    r[:, 1:, 0] = np.clip(np.nan_to_num(speedup, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
+    r[:, 1:, 1] = np.log10(1.0 + np.minimum(t1[:, None] * rows / c11[:, None], 1e6)) / 3.0
+    r[:, 1:, 2] = np.clip(share * n / 8.0, 0.0, 1.0)
+    r[:, 1:, 3] = prev
+    r[:, 1:, 4] = shapes[None, :, 0] / 8.0
+    r[:, 1:, 5] = shapes[None, :, 1] / 16.0
 
 
 def _last_rate(job) -> float:

@@ -10,6 +10,13 @@ job 30, so what is learned for one resnet-50 carries to every other, and
 the view may hold any number of jobs. Shapes: ``x`` (B, n, F), ``present``
 (B, n) bool (padding rows False), ``g`` (B, G) → logits (B, n, K).
 
+With profile features (``enc.profile``) ``x`` is a job's own columns
+followed by ``ROW_DIM`` columns per menu row ``r_jk``; only the first are
+embedded, and each logit gains a row term scored by one small network shared by
+every row of every job: ``v·relu(A·[h_j, c] + B·r_jk + b)``, ``A·[h_j, c]``
+computed once per job (so the cost is ``n·K·(ROW_DIM + 1)·head``, not a full
+MLP per row).
+
 A checkpoint is a ``torch.save`` dict with ``arch: "shape"`` (paper
 checkpoints have no ``arch``), the state dict, the menu and the catalogue;
 :func:`load_shape_checkpoint` refuses one whose menu or catalogue differs
@@ -27,7 +34,7 @@ import torch
 from torch import nn
 
 from dl2ray.policy.network import CheckpointError, read_checkpoint_doc
-from dl2ray.policy.shape import ShapeEncoding
+from dl2ray.policy.shape import ROW_DIM, ShapeEncoding
 
 ARCH = "shape"
 
@@ -39,22 +46,33 @@ class ShapePolicyNet(nn.Module):
         super().__init__()
         self.enc, self.embed_widths, self.head_width = enc, tuple(embed), head
         layers: list[nn.Module] = []
-        d = enc.job_dim
+        d = enc.job_columns
         for h in embed:
             layers += [nn.Linear(d, h), nn.ReLU()]
             d = h
         self.embed = nn.Sequential(*layers)
         self.hidden = nn.Linear(3 * d + enc.global_dim, head)
         self.out = nn.Linear(head, enc.num_shapes)
+        if enc.profile:
+            self.row_job = nn.Linear(3 * d + enc.global_dim, head)
+            self.row_in = nn.Linear(ROW_DIM, head, bias=False)
+            self.row_out = nn.Linear(head, 1, bias=False)
 
     def forward(self, x: torch.Tensor, present: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x)  # (B, n, H)
+        cols = self.enc.job_columns
+        h = self.embed(x[..., :cols])  # (B, n, H)
         keep = present.unsqueeze(-1)
         count = keep.sum(dim=1).clamp(min=1)
         mean = (h * keep).sum(dim=1) / count
         mx = h.masked_fill(~keep, 0.0).amax(dim=1)  # h ≥ 0 (ReLU), so 0 is a neutral pad
         ctx = torch.cat([mean, mx, g], dim=-1).unsqueeze(1).expand(-1, h.shape[1], -1)
-        return self.out(torch.relu(self.hidden(torch.cat([h, ctx], dim=-1))))
+        hc = torch.cat([h, ctx], dim=-1)
+        logits = self.out(torch.relu(self.hidden(hc)))
+        if self.enc.profile:
+            rows = x[..., cols:].reshape(*x.shape[:-1], self.enc.num_shapes, ROW_DIM)  # (B, n, K, R)
+            z = torch.relu(self.row_job(hc).unsqueeze(-2) + self.row_in(rows))  # (B, n, K, head)
+            logits = logits + self.row_out(z).squeeze(-1)
+        return logits
 
 
 def build_shape_policy(enc: ShapeEncoding, embed: Sequence[int], head: int, seed: int) -> ShapePolicyNet:
@@ -73,12 +91,18 @@ class NumpyShapePolicy:
             lin = [m for m in net.embed if isinstance(m, nn.Linear)]
             self.embed = [(m.weight.numpy().T.copy(), m.bias.numpy().copy()) for m in lin]
             wh = net.hidden.weight.numpy().T.copy()  # (3H + G, head)
-            d = lin[-1].out_features if lin else self.enc.job_dim
+            d = lin[-1].out_features if lin else self.enc.job_columns
             self.wh_job, self.wh_ctx, self.bh = wh[:d], wh[d:], net.hidden.bias.numpy().copy()
             self.wo, self.bo = net.out.weight.numpy().T.copy(), net.out.bias.numpy().copy()
+            self.row = None
+            if self.enc.profile:
+                wr = net.row_job.weight.numpy().T.copy()  # (3H + G, head)
+                self.row = (wr[:d], wr[d:], net.row_job.bias.numpy().copy(),
+                            net.row_in.weight.numpy().T.copy(), net.row_out.weight.numpy()[0].copy())
 
     def logits(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
-        h = x
+        cols = self.enc.job_columns
+        h = x[:, :cols]
         for w, b in self.embed:
             h = np.maximum(h @ w + b, 0.0)
         if h.shape[0]:
@@ -86,7 +110,13 @@ class NumpyShapePolicy:
         else:
             ctx = np.concatenate([np.zeros(2 * h.shape[1], np.float32), g])
         z = np.maximum(h @ self.wh_job + (ctx @ self.wh_ctx + self.bh), 0.0)
-        return (z @ self.wo + self.bo).astype(np.float32)
+        out = z @ self.wo + self.bo
+        if self.row is not None:
+            rj, rc, rb, ri, ro = self.row
+            a = h @ rj + (ctx @ rc + rb)  # (n, head)
+            rows = x[:, cols:].reshape(x.shape[0], self.enc.num_shapes, ROW_DIM)
+            out = out + np.maximum(a[:, None, :] + rows @ ri, 0.0) @ ro
+        return out.astype(np.float32)
 
 
 @dataclass
@@ -105,6 +135,7 @@ def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequ
         "arch": ARCH,
         "meta": {"catalogue": list(catalogue), "menu": [list(s) for s in enc.menu],
                  "slots_run_scale": enc.slots_run_scale, "work_conserving": enc.work_conserving,
+                 "profile_features": enc.profile,
                  "embed": list(net.embed_widths),
                  "head": net.head_width},
         "policy": net.state_dict(),
@@ -127,7 +158,8 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None)
     try:
         m = doc["meta"]
         enc = ShapeEncoding(len(m["catalogue"]), tuple((int(w), int(p)) for w, p in m["menu"]),
-                            float(m["slots_run_scale"]), bool(m.get("work_conserving", False)))
+                            float(m["slots_run_scale"]), bool(m.get("work_conserving", False)),
+                            bool(m.get("profile_features", False)))
         embed, head = tuple(int(h) for h in m["embed"]), int(m["head"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a dl2ray shape checkpoint (meta: {exc!r})") from None
@@ -138,6 +170,11 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None)
         if enc.num_types != expect.num_types:
             raise CheckpointError(f"{path}: checkpoint has {enc.num_types} job types, the config "
                                   f"{expect.num_types}")
+        if enc.profile != expect.profile:
+            raise CheckpointError(f"{path}: checkpoint {'has' if enc.profile else 'lacks'} profile features, "
+                                  f"the config's policy.shape.profile_features is {expect.profile}")
+        if enc.profile:
+            enc = expect  # its features are computed with the config's operator profile
     net = ShapePolicyNet(enc, embed, head)
     net.load_state_dict(doc["policy"])
     return ShapeCheckpoint(net, dict(doc.get("extra", {})))
