@@ -327,6 +327,9 @@ def register_all(app: typer.Typer) -> Plugins:
     from dl2ray.harmony.cli import train_harmony
 
     train_app.command("harmony")(train_harmony)
+    from dl2ray.robustness_cli import robustness
+
+    experiment_app.command("robustness")(robustness)
     app.add_typer(experiment_app, name="experiment",
                   help="The paper's learning experiments (training curve, ablation, OfflineRL); RLlib.")
     return load_plugins(Plugins({"bench": bench_app, "train": train_app, "trace": trace_app}, root=app))
