@@ -59,13 +59,15 @@ def import_cmd(
         str, typer.Option("--format", help="philly | alibaba-gpu-2023 | helios")
     ],
     max_jobs: Annotated[int | None, typer.Option(help="keep the first N jobs")] = None,
+    skip: Annotated[int, typer.Option(help="drop the first N jobs first (a later segment)")] = 0,
     time_scale: Annotated[float, typer.Option(help="multiplies every time")] = 1.0,
     cluster: Annotated[str | None, typer.Option(help="virtual cluster to keep")] = None,
     seed: SeedOpt = 0,
     slot_seconds: Annotated[
         float | None, typer.Option(help="slot length, s (default: the config's)")
     ] = None,
-    epoch_error: Annotated[float, typer.Option(help="estimate = true × (1 + U(-e, e))")] = 0.0,
+    epoch_error: Annotated[float | None, typer.Option(
+        help="estimate = true × (1 + U(-e, e)) (default: the config's workload.epoch_error)")] = None,
     target_load: Annotated[
         float | None,
         typer.Option(help="compress (or stretch) arrivals so the offered load on the config's "
@@ -83,17 +85,18 @@ def import_cmd(
         slot_seconds=slot,
         time_scale=time_scale,
         max_jobs=max_jobs,
+        skip=skip,
         cluster=cluster,
         seed=seed,
-        epoch_error=epoch_error,
+        epoch_error=cfg.workload.epoch_error if epoch_error is None else epoch_error,
         types=cfg.workload.types,
         target_load=target_load,
         cluster_total=_total(cfg),
     )
     trace = import_trace(fmt, file, measured_speed(cfg), options)
     given = {
-        "cluster": cluster, "max_jobs": max_jobs, "time_scale": time_scale,
-        "seed": seed, "epoch_error": epoch_error, "target_load": target_load,
+        "cluster": cluster, "skip": skip or None, "max_jobs": max_jobs, "time_scale": time_scale,
+        "seed": seed, "epoch_error": options.epoch_error, "target_load": target_load,
         "load_cluster": cfg.name if target_load is not None else None,
     }  # fmt: skip
     write_trace(out, trace, source=_source(fmt, file, given), slot_seconds=slot)

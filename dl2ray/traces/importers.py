@@ -4,8 +4,9 @@ Each format reader yields :class:`RawJob` records (submit time, duration, GPU
 count) after its filter; :func:`to_trace` then maps every record to a job with
 one documented, seeded rule:
 
-1. Records are sorted by submit time (ties: file order); ``max_jobs`` keeps
-   the first N. Job ids are 0..N-1 in that order.
+1. Records are sorted by submit time (ties: file order); ``skip`` drops the
+   first S of them (a later segment of the same cluster) and ``max_jobs``
+   keeps the first N of the rest. Job ids are 0..N-1 in that order.
 2. ``arrival_slot = floor((submit_s - first_submit_s) × time_scale × a / slot_seconds)``
    with ``a = 1``, or with ``target_load`` set ``a = L₁ / target_load``, where
    ``L₁`` is the offered load (:func:`offered_load`) of the records at
@@ -69,7 +70,8 @@ class ImportOptions:
 
     ``slot_seconds``: slot length, s. ``time_scale``: multiplies every time of
     the trace (0.1 = ten times faster). ``max_jobs``: keep the first N after
-    filtering (None = all). ``cluster``: virtual cluster to keep (None = all).
+    filtering (None = all), after dropping the first ``skip``. ``cluster``: virtual
+    cluster to keep (None = all).
     ``seed``: seeds job types and estimate errors. ``epoch_error``: e in
     [0, 1). ``types``: job-type names to draw from (None = whole catalogue).
     ``target_load``: offered load to compress arrivals to (None = keep the
@@ -80,6 +82,7 @@ class ImportOptions:
     slot_seconds: float = 1200.0
     time_scale: float = 1.0
     max_jobs: int | None = None
+    skip: int = 0
     cluster: str | None = None
     seed: int = 0
     epoch_error: float = 0.0
@@ -92,6 +95,7 @@ class ImportOptions:
             ("slot-seconds", self.slot_seconds > 0 and math.isfinite(self.slot_seconds), "> 0"),
             ("time-scale", self.time_scale > 0 and math.isfinite(self.time_scale), "> 0"),
             ("max-jobs", self.max_jobs is None or self.max_jobs >= 1, ">= 1"),
+            ("skip", self.skip >= 0, ">= 0"),
             ("seed", self.seed >= 0, ">= 0"),
             ("epoch-error", 0.0 <= self.epoch_error < 1.0, "in [0, 1)"),
             ("types", self.types is None or len(self.types) > 0, "non-empty"),
@@ -239,7 +243,11 @@ def to_trace(records: list[RawJob], speed: SpeedModel, options: ImportOptions) -
     """Map kept records to jobs (rule in the module docstring); TraceError if none are left."""
     if not records:
         raise TraceError("no jobs left after filtering")
-    kept = sorted(records, key=lambda r: (r.submit_s, r.line))[: options.max_jobs]
+    ordered = sorted(records, key=lambda r: (r.submit_s, r.line))
+    if options.skip >= len(ordered):
+        raise TraceError(f"--skip: {options.skip} skips all {len(ordered)} jobs left after filtering")
+    end = None if options.max_jobs is None else options.skip + options.max_jobs
+    kept = ordered[options.skip:end]
     catalogue = speed.catalogue
     names = options.types if options.types is not None else catalogue.names
     for name in names:

@@ -100,6 +100,16 @@ def test_max_jobs_keeps_the_first(samples, speed_model) -> None:
     assert head == full[:3]
 
 
+def test_skip_takes_a_later_segment(samples, speed_model) -> None:
+    path = samples / SAMPLE["philly"]
+    full = import_trace("philly", path, speed_model, ImportOptions(seed=3))
+    seg = import_trace("philly", path, speed_model, ImportOptions(seed=3, skip=2, max_jobs=2))
+    assert len(seg) == 2 and [j.job_id for j in seg] == [0, 1]
+    assert [j.true_epochs for j in seg] != [j.true_epochs for j in full[:2]]
+    with pytest.raises(TraceError, match="--skip"):
+        import_trace("philly", path, speed_model, ImportOptions(skip=len(full)))
+
+
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_seed_determinism(fmt, samples, speed_model) -> None:
     path = samples / SAMPLE[fmt]
@@ -181,6 +191,7 @@ def test_missing_file_and_unknown_format(tmp_path, speed_model) -> None:
         ({"slot_seconds": 0.0}, "--slot-seconds"),
         ({"time_scale": -1.0}, "--time-scale"),
         ({"max_jobs": 0}, "--max-jobs"),
+        ({"skip": -1}, "--skip"),
         ({"epoch_error": 1.0}, "--epoch-error"),
         ({"seed": -1}, "--seed"),
     ],
