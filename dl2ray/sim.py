@@ -324,23 +324,32 @@ class Simulator:
         if s <= 0:
             return {}
         n = self.capacity.shape[0]
-        total = np.zeros((n, 3))
-        own: dict[int, dict[int, np.ndarray]] = {}
+        ids, job_of, node_of, demand = [], [], [], []
         for j, pl in placement.items():
             ti = self.jobs[j].type_index
-            per_node = own.setdefault(j, {})
+            k = len(ids)
+            ids.append(j)
             wd, pd = self._worker_demand[ti], self._ps_demand[ti]
-            for nodes, demand in ((pl.worker_nodes, wd), (pl.ps_nodes, pd)):
-                for node in nodes:
-                    total[node] += demand
-                    per_node[node] = per_node.get(node, 0.0) + demand
+            for nodes, dem in ((pl.worker_nodes, wd), (pl.ps_nodes, pd)):
+                job_of += [k] * len(nodes)
+                node_of += nodes
+                demand += [dem] * len(nodes)
+        if not node_of:
+            return {}
+        jobs, nodes, dem = np.asarray(job_of), np.asarray(node_of), np.asarray(demand)
+        total = np.zeros((n, 3))
+        np.add.at(total, nodes, dem)
+        pairs, at = np.unique(jobs * n + nodes, return_inverse=True)  # (job, node) with tasks there
+        own = np.zeros((len(pairs), 3))
+        np.add.at(own, at.ravel(), dem)
+        pair_node = pairs % n
         inv = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
-        out = {}
-        for j, per in own.items():
-            if per:
-                others = max(float(np.max((total[node] - mine) * inv[node])) for node, mine in per.items())
-                out[j] = colocation_factor(others, s)
-        return out
+        others = ((total[pair_node] - own) * inv[pair_node]).max(axis=1)
+        worst = np.zeros(len(ids))
+        np.maximum.at(worst, pairs // n, others)
+        placed = np.zeros(len(ids), dtype=bool)
+        placed[pairs // n] = True
+        return {j: colocation_factor(float(worst[k]), s) for k, j in enumerate(ids) if placed[k]}
 
     def _progress(
         self, allocation: Allocation, placement: dict[int, JobPlacement]

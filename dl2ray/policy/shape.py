@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numba import njit
@@ -130,6 +131,11 @@ class ShapeEncoding:
         cost = profile_cost_grid(cfg) if s.profile_features else None
         return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale, s.work_conserving,
                    s.profile_features, cost)
+
+    @cached_property
+    def cost_lists(self) -> list:
+        """``cost`` as nested Python lists (per-element reads from Python are 10× faster than numpy's)."""
+        return [] if self.cost is None else self.cost.tolist()
 
     @property
     def job_columns(self) -> int:
@@ -218,14 +224,20 @@ def job_features(view: ClusterView, enc: ShapeEncoding) -> tuple[np.ndarray, np.
 def observed_slowness(job, cost: np.ndarray) -> float:
     """``m``: geometric mean over the job's last :data:`SLOWNESS_SLOTS` trained slots of observed s/epoch over
     the profile's at that slot's ``(p, w)`` (1 before it trained), clipped to [e⁻¹, e]; ``cost`` is the
-    ``(GRID, GRID)`` grid of the job's type."""
-    logs = []
+    ``(GRID, GRID)`` grid of the job's type (an array, or nested lists: faster from Python)."""
+    total, count = 0.0, 0
     for o in reversed(job.history):
         if o.epochs > 0 and o.seconds > 0:
-            logs.append(math.log(o.seconds / o.epochs / cost[min(o.ps, GRID) - 1, min(o.workers, GRID) - 1]))
-            if len(logs) == SLOWNESS_SLOTS:
+            p = o.ps if o.ps < GRID else GRID
+            w = o.workers if o.workers < GRID else GRID
+            total += math.log(o.seconds / o.epochs / cost[p - 1][w - 1])
+            count += 1
+            if count == SLOWNESS_SLOTS:
                 break
-    return math.exp(min(max(sum(logs) / len(logs), -1.0), 1.0)) if logs else 1.0
+    if not count:
+        return 1.0
+    mean = total / count
+    return math.exp(-1.0 if mean < -1.0 else 1.0 if mean > 1.0 else mean)
 
 
 def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: np.ndarray) -> None:
@@ -238,7 +250,8 @@ def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: 
     grids = enc.cost[ti]  # (n, GRID, GRID)
     c11 = grids[:, 0, 0]
     rows = grids[:, np.minimum(shapes[:, 1], GRID) - 1, np.minimum(shapes[:, 0], GRID) - 1]  # (n, K-1)
-    slow = np.array([observed_slowness(j, enc.cost[t]) for j, t in zip(jobs, ti, strict=True)])
+    lists = enc.cost_lists
+    slow = np.fromiter((observed_slowness(j, lists[j.type_index]) for j in jobs), np.float64, n)
     t1 = rem * c11 * slow / view.slot_seconds
     with np.errstate(divide="ignore", invalid="ignore"):
         speedup = np.log(rows / c11[:, None])
