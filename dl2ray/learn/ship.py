@@ -30,6 +30,22 @@ from dl2ray.learn import seeds as seedsets
 from dl2ray.policy.network import load_checkpoint, read_checkpoint_doc, save_checkpoint
 
 HEURISTICS = ("fifo", "srtf", "drf", "drf-static", "tetris", "optimus", "planner")
+PAIRED = ("drf", "optimus", "planner")
+"""Baselines every row of a card is compared with trace by trace (paired ratios)."""
+KNOWS = {
+    "fifo": "declared epochs, requested sizes",
+    "srtf": "declared epochs, observed speeds, requested sizes",
+    "drf": "task demands only",
+    "drf-static": "task demands, requested sizes",
+    "tetris": "declared epochs, observed speeds, requested sizes",
+    "optimus": "declared epochs, each job's observed speeds and losses (its fits)",
+    "planner": "declared epochs, the operator's profile (`dl2ray profile`: each type measured at a few "
+               "points, with error)",
+    "planner-truth": "**the simulator's true type surfaces** (reference, not deployable)",
+    "oracle": "**the simulator's true type surfaces** (reference, not deployable)",
+    "lower-bound": "**true lengths, true per-job speeds** (reference, not deployable)",
+}
+"""What each row of a card's table knows (the model's own row is described by its training)."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +105,9 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     test = seedsets.test(test_traces)
     spec = f"dl2:{pt}"
     trace = read_trace(trace_path, cfg.catalogue) if trace_path is not None else None
-    comp = compare(cfg, [*HEURISTICS, "oracle", spec], test, trace=trace, processes=processes,
-                   references=True)
+    refs = ["planner-truth", "oracle"] if cfg.profile is not None else ["oracle"]
+    comp = compare(cfg, [*HEURISTICS, *refs, spec], test, trace=trace, processes=processes,
+                   references=True, paired=PAIRED)
     rows = comp.summary()
     for row in rows:
         if row["scheduler"] == spec:
@@ -166,23 +183,44 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
         lines += _rl_rows(rl, opts, policy, best)
     where = (f"the fixed trace `{trace_path}`, {len(test)} noise seed(s) {test[0]}..{test[-1]}"
              if trace_path else f"{len(test)}: seeds {test[0]}..{test[-1]}")
-    lines += [
-        "",
-        f"## Test traces ({where}, never used for training or selection)",
-        "",
-        "| scheduler | avg JCT (slots) | avg JCT / DRF | p95 JCT | makespan | jobs done |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        ref = " *(reference, not deployable)*" if r["scheduler"] in ("oracle", "lower-bound") else ""
-        lines.append(
-            f"| {r['scheduler']}{ref} | {r['avg_jct']:.2f} ± {r['avg_jct_ci95']:.2f} | "
-            f"{r.get('avg_jct_vs_drf', float('nan')):.3f} | {r['p95_jct']:.2f} | {r['makespan']:.1f} | "
-            f"{r['completed']:.1f}/{r['jobs']:.0f} |"
-        )
+    lines += ["", "## What it knows", "", _knowledge(policy), "",
+              f"## Test traces ({where}, never used for training or selection)", "", *_test_table(rows)]
     commands = reproduce(name, config_path, run, rl, sl, len(test), trace_path)
     lines += ["", "## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(lines)
+
+
+def _knowledge(policy: dict) -> str:
+    """What the policy decides from and where it was trained (the card's "What it knows")."""
+    features = policy.get("shape", {}).get("profile_features", False)
+    sees = ("It decides from the view (declared epochs, each job's observed speeds, the previous deployment) "
+            + ("and the operator's profile (profile features: no job-type identity)." if features else
+               "and a one-hot of the job type."))
+    if policy.get("train_world", "truth") == "operator":
+        return (sees + " It was trained in the operator's world — the operator's profile in place of the "
+                "simulator's true speeds — so no weight has seen the truth; checkpoints were chosen on "
+                "validation traces of the true simulator.")
+    return sees + " It was trained in the simulator's true world (its weights have seen the true speeds)."
+
+
+def _test_table(rows: list[dict]) -> list[str]:
+    """The card's test table: every row, what it knows, its JCT and its paired ratios."""
+    lines = ["avg JCT is the censored average (unfinished jobs counted until the run stopped), mean ± 95% CI "
+             "over the traces; `/ X` is the paired ratio: on each trace this row's avg JCT over X's, mean ± "
+             "95% CI.", "",
+             "| scheduler | knows | avg JCT (slots) | / DRF | / Optimus | / planner | p95 JCT | jobs done |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name = str(r["scheduler"])
+        ref = " *(reference, not deployable)*" if r.get("reference") else ""
+        knows = KNOWS.get(name.split(":")[0], "see above" if name.startswith("dl2") else "")
+        pairs = [r.get("paired", {}).get(b) or {} for b in PAIRED]
+        ratios = " | ".join(f"{p.get('mean', float('nan')):.3f} ± {p.get('ci95', float('nan')):.3f}"
+                            for p in pairs)
+        jct = f"{r['censored_avg_jct']:.2f} ± {r['censored_avg_jct_ci95']:.2f}"
+        lines.append(f"| {name}{ref} | {knows} | {jct} | {ratios} | {r['p95_jct']:.2f} | "
+                     f"{r['completed']:.1f}/{r['jobs']:.0f} |")
+    return lines
 
 
 def _rl_rows(rl: dict, opts: dict, policy: dict, best: dict) -> list[str]:
