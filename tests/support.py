@@ -14,6 +14,7 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 def small_config(**groups) -> ExperimentConfig:
     """The testbed config with whole groups replaced (dicts are validated)."""
     raw = load_config(CONFIGS / "testbed-clairvoyant.yaml").model_dump()
+    raw["profile"] = "profiles/testbed.json"  # the operator's profile, so the planner can run
     for key, value in groups.items():
         raw[key] = value if not isinstance(value, dict) else {**raw.get(key, {}), **value}
     raw["base_dir"] = str(CONFIGS)

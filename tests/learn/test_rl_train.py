@@ -121,14 +121,17 @@ def test_cli_train_rl_user_errors(capsys, tmp_path):
     assert code != 0 and "missing.pt" in err
 
 
-def test_cli_train_rl_without_speed_surfaces_exits_2(capsys, tmp_path):
-    """A config whose speed.surfaces directory has no surfaces.json: one line, exit 2, no traceback."""
+@pytest.mark.parametrize("config, missing", [("testbed-clairvoyant.yaml", "surfaces.json"),
+                                             ("testbed.yaml", "profile missing")])
+def test_cli_train_rl_without_speed_surfaces_or_profile_exits_2(capsys, tmp_path, config, missing):
+    """A config whose speed.surfaces directory has no surfaces.json, or whose operator profile is missing:
+    one line, exit 2, no traceback."""
     from support import CONFIGS
 
-    text = (CONFIGS / "testbed.yaml").read_text(encoding="utf-8")
+    text = (CONFIGS / config).read_text(encoding="utf-8")
     cfg = tmp_path / "t.yaml"
     cfg.write_text(text.replace("jobtypes: jobtypes.yaml", f"jobtypes: {CONFIGS / 'jobtypes.yaml'}"),
                    encoding="utf-8")
     code, _, err = run_cli(capsys, "train", "rl", "--config", str(cfg), "--updates", "1",
                            "--out", str(tmp_path / "x.pt"))
-    assert code == 2 and "surfaces.json" in err and "Traceback" not in err
+    assert code == 2 and missing in err and "Traceback" not in err

@@ -38,11 +38,12 @@ def test_ship_writes_checkpoint_record_and_card(tmp_path):
     assert rec["test_seeds"] == seeds.test(2)
     assert rec["sl"]["teacher"] == "drf" and rec["rl"]["updates"] == 2
     names = [r["scheduler"] for r in rec["test_results"]]
-    assert names == [*HEURISTICS, "oracle", "dl2 (dl2-tiny)", "lower-bound"]
+    assert names == [*HEURISTICS, "planner-truth", "oracle", "dl2 (dl2-tiny)", "lower-bound"]
     card = shipped.card.read_text()
     for name in names:
-        ref = " *(reference, not deployable)*" if name in ("oracle", "lower-bound") else ""
+        ref = " *(reference, not deployable)*" if name in ("planner-truth", "oracle", "lower-bound") else ""
         assert f"| {name}{ref} |" in card
+    assert "## What it knows" in card and "/ planner" in card
     assert "teacher `drf`" in card and "2 updates" in card and "algorithm `paper`" in card
     assert f"dl2ray train rl --config tiny.yaml --init {tmp_path / 'sl.pt'} --updates 2" in card
 
