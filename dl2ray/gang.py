@@ -42,7 +42,7 @@ import numpy as np
 from dl2ray.cluster import make_placer
 from dl2ray.config import ExperimentConfig, InterferenceConfig
 from dl2ray.sim import AllocationError, RunResult, Simulator, _Job
-from dl2ray.speed import layout_of, variation_factors
+from dl2ray.speed import layout_of, stream_variation
 from dl2ray.view import Allocation, JobPlacement, JobView, Observation, Tasks
 from dl2ray.workload import JobCatalogue
 
@@ -359,7 +359,7 @@ class GangSimulator(Simulator):
         types = {j: self.jobs[j].spec.job_type for j in live}
         interference = pairwise_interference(live, types, self.gang.interference)
         ids = list(self.jobs)
-        noise = variation_factors(self.rng, self.cfg.speed.variation, len(ids))
+        noise = stream_variation(self.rng, self.cfg.speed.variation, len(ids))
         used = np.zeros(3)
         epochs_by_job: dict[int, float] = {}
         completed: list[int] = []

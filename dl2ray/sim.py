@@ -357,7 +357,8 @@ class Simulator:
         slot_s = self.cfg.sim.slot_seconds
         interference = self._interference(placement)
         ids = [j for j in self.jobs]
-        noise = variation_factors(self.rng, self.cfg.speed.variation, len(ids))
+        noise = variation_factors(self._seed, np.asarray(ids, dtype=np.int64), self.slot,
+                                  self.cfg.speed.variation)
         loss_noise = self.rng.normal(0.0, self.cfg.sim.loss_noise, size=len(ids))
         used = np.zeros(3)
         epochs_by_job: dict[int, float] = {}

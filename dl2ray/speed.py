@@ -23,7 +23,8 @@ PS and ``w`` workers placed on nodes::
   in the analytic model below for the job's layout (:meth:`SpeedModel.compute_fraction`).
   Since ``φ`` changes with ``(p, w)``, a job with slow communication gains more
   from PS than its type does: the best PS:worker ratio differs from job to job.
-- variation: × U(1 - v, 1 + v) per job and slot (Fig. 13 of the DL2 paper).
+- variation: × U(1 - v, 1 + v) per job and slot (Fig. 13 of the DL2 paper), a hash of
+  (seed, job, slot) rather than a shared stream (:func:`variation_factors`).
 - interference (``speed.interference`` = s): × ``1 - s·o`` with ``o`` the
   largest share of any node of the job held by *other* jobs' tasks (dominant
   resource; :func:`colocation_factor`): synchronous training runs at its
@@ -356,11 +357,42 @@ class SpeedModel:
         return base * ref / analytic_iteration_time(jt, layout)
 
 
-def variation_factors(rng: np.random.Generator, v: float, n: int) -> np.ndarray:
-    """Shape (n,): per-job speed multipliers U(1 - v, 1 + v) (ones when v = 0)."""
+def stream_variation(rng: np.random.Generator, v: float, n: int) -> np.ndarray:
+    """Shape (n,): speed multipliers U(1 - v, 1 + v) drawn from ``rng`` (ones, no draw, when v = 0); gang
+    mode's noise (:mod:`dl2ray.gang`), kept as it was so its recorded results reproduce."""
     if v <= 0:
         return np.ones(n)
     return rng.uniform(1.0 - v, 1.0 + v, size=n)
+
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, elementwise on uint64 (a counter-based hash: good bits from any input)."""
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+        return x ^ (x >> np.uint64(31))
+
+
+def variation_factors(seed: int, job_ids: np.ndarray, slot: int, v: float) -> np.ndarray:
+    """Shape (n,): the speed multipliers U(1 - v, 1 + v) of jobs ``job_ids`` in ``slot`` (ones when v = 0).
+
+    Each is a hash of ``(seed, job id, slot)`` — not a draw from a shared stream — so a job's noise in a
+    slot does not depend on which other jobs exist or on what was decided before: a counterfactual branch
+    of the simulator (a learner trying another decision from a snapshot) sees the same noise for every job
+    (common random numbers).
+    """
+    ids = np.asarray(job_ids, dtype=np.int64)
+    if v <= 0:
+        return np.ones(len(ids))
+    with np.errstate(over="ignore"):
+        key = _splitmix64(np.uint64(seed & 0xFFFFFFFFFFFF) * np.uint64(0x100000001B3) + np.uint64(slot))
+        h = _splitmix64(key ^ (ids.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)))
+    u = (h >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # 53 bits → [0, 1)
+    return 1.0 - v + 2.0 * v * u
 
 
 JOB_FACTOR_STREAM = 0xDE5

@@ -135,3 +135,14 @@ def test_paired_ratio_is_the_per_trace_ratio_with_a_t_interval():
     from scipy import stats
 
     assert got["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * ratios.std(ddof=1) / np.sqrt(3))
+
+
+def test_slot_noise_is_the_jobs_own_common_random_numbers():
+    from dl2ray.speed import variation_factors
+
+    many = variation_factors(9, np.arange(50), 4, 0.1)
+    assert np.all((many >= 0.9) & (many < 1.1)) and len(set(many.round(12))) == 50
+    np.testing.assert_array_equal(variation_factors(9, np.array([31, 2]), 4, 0.1), many[[31, 2]])
+    assert variation_factors(9, np.array([2]), 5, 0.1)[0] != many[2]  # another slot
+    assert variation_factors(10, np.array([2]), 4, 0.1)[0] != many[2]  # another run
+    assert variation_factors(9, np.array([2]), 4, 0.0)[0] == 1.0
