@@ -106,6 +106,8 @@ def compare(
     requested_bundles: Annotated[int | None, typer.Option(
         help="override workload.requested_bundles: the size (bundles, >= 1) of jobs whose trace names none",
     )] = None,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="print the table as GitHub Markdown (for docs/), not a terminal table")] = False,
     paired: Annotated[str | None, typer.Option(
         help="comma-separated baselines: every row gets the per-trace ratio of its average JCT to each "
         "(same traces), mean ± 95% CI (JSON: results[].paired); default: drf when it runs")] = None,
@@ -151,6 +153,8 @@ def compare(
         report.plot_jct_cdf(comp, plot)
     if json_out:
         print(report.dumps(doc))
+    elif markdown:
+        print(report.markdown_table(rows, [b for b in baselines if b in comp.runs]))
     else:
         report.print_table(comp)
         if plot is not None:

@@ -78,6 +78,24 @@ def comparison_table(comp: Comparison) -> Table:
     return table
 
 
+def markdown_table(rows: list[dict], baselines: list[str]) -> str:
+    """The comparison as a GitHub Markdown table (what docs/RESULTS.md shows): avg JCT (censored) ± 95% CI,
+    median, p95, queueing delay, GPU utilisation, jobs done, and the paired ratio to each baseline."""
+    head = ["scheduler", "avg JCT (slots)", "median", "p95", "queue delay", "GPU util", "done",
+            *(f"/ {b} (paired)" for b in baselines)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        name = str(row["scheduler"]) + (" †" if row.get("reference") else "")
+        pairs = [row.get("paired", {}).get(b) or {} for b in baselines]
+        jct = f"{_num(row['censored_avg_jct'], '.2f')} ± {_num(row['censored_avg_jct_ci95'], '.2f')}"
+        cells = [name, jct, _num(row["median_jct"], ".2f"), _num(row["p95_jct"], ".2f"),
+                 _num(row["queueing_delay"], ".2f"), _num(row["gpu_util"], ".2f"),
+                 f"{row['completed']:.0f}/{row['jobs']:.0f}",
+                 *(f"{_num(p.get('mean'), '.3f')} ± {_num(p.get('ci95'), '.3f')}" for p in pairs)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def unfinished_warnings(comp: Comparison, max_slots: int) -> list[str]:
     """One line per scheduler whose runs left jobs unfinished at ``max_slots`` (empty: none did)."""
     lines = []
