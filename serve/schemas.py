@@ -130,6 +130,17 @@ class DecideResponse(_Message):
     decision_ms: float = Field(description="time in the scheduler's decide, milliseconds")
 
 
+class OverloadInfo(_Message):
+    """The replica's admission control (:mod:`serve.overload`) since it started."""
+
+    bound_ms: float = Field(description="answer within this many ms of arrival, or refuse at once (0: off)")
+    service_ms: float = Field(description="recent mean time of one decision on the replica, ms")
+    held: int = Field(description="requests the replica holds now")
+    admitted: int
+    refused_arrival: int = Field(description="refused on arrival: the queue ahead would make them late")
+    refused_late: int = Field(description="admitted, then refused before deciding: they had waited too long")
+
+
 class PolicyInfo(_Message):
     """``GET /v1/policy``: what the endpoint serves now."""
 
@@ -148,6 +159,7 @@ class PolicyInfo(_Message):
     max_jobs: int = Field(description="largest view accepted (jobs)")
     job_types: list[str]
     schedulers: list[str]
+    overload: OverloadInfo
 
 
 class Health(_Message):
