@@ -9,7 +9,12 @@ so a backend never knows it is there. Every slot it asks the policy; then
   :func:`violation` rejects (unknown job, negative counts, caps, capacity), the
   fallback heuristic's allocation is used for that slot, and the event is
   logged and counted by reason;
-* **shadow**: the policy's allocation is recorded but the fallback's is applied.
+* **shadow**: the policy's allocation is recorded but the fallback's is applied;
+* **refusal**: a remote policy (``serve:URL``) that is overloaded refuses the
+  view (:class:`~dl2ray.errors.Refused`); the fallback decides that slot, counted
+  as ``refused`` — not an error, and never a lost slot. A policy that can be
+  refused offers ``decide_or_refuse``, which the guardrail calls instead of
+  ``decide``, so its own fallback (not the client's) decides.
 
 Each slot becomes one row of :class:`DecisionLog` (both allocations, which
 one was applied, why, decision time), written to Parquet for
@@ -30,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dl2ray.errors import Refused
 from dl2ray.schedulers.base import Scheduler
 from dl2ray.view import Allocation, ClusterView
 
@@ -148,11 +154,14 @@ class GuardedScheduler:
     def _ask_policy(self, view: ClusterView) -> tuple[Allocation | None, str | None]:
         if self._running is not None and not self._running.done():
             return None, "timeout: the policy's previous decision is still running"
-        self._running = self._pool.submit(self.policy.decide, view)
+        ask = getattr(self.policy, "decide_or_refuse", self.policy.decide)
+        self._running = self._pool.submit(ask, view)
         try:
             return self._running.result(timeout=self.time_budget_s), None
         except FutureTimeout:
             return None, f"timeout: no decision within {self.time_budget_s:g} s"
+        except Refused as exc:
+            return None, f"refused: {exc}"
         except Exception as exc:  # any policy error must fall back, never stop the cluster
             return None, f"error: {type(exc).__name__}: {exc}"
 

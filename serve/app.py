@@ -450,12 +450,15 @@ def plain_app(service: DecisionService) -> FastAPI:
 DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "name": "DL2Decider",
     "num_replicas": 1,
-    # The decision is CPU-bound and runs inline on the replica's event loop, one at a time; Serve's
-    # default of 5 ongoing requests made the proxy queue collapse under floods of calls here. 32 keeps
-    # the replica fed without letting a burst build an unbounded in-replica queue.
-    "max_ongoing_requests": 32,
-    # Beyond this many requests waiting at the proxy, Serve answers 503 at once instead of queueing.
-    "max_queued_requests": 1000,
+    # The decision is CPU-bound and runs inline on the replica's event loop, one at a time. Requests up to
+    # this many are handed to the replica at once, so its admission control (serve.overload) sees the
+    # whole queue and refuses what would be late; Serve's default of 5 kept them queued where the replica
+    # cannot see them.
+    "max_ongoing_requests": 100,
+    # Beyond this many requests waiting in Serve itself (in front of the replica), Serve answers 503 with
+    # Retry-After (gRPC: RESOURCE_EXHAUSTED) at once instead of queueing: a second, coarse bound.
+    "max_queued_requests": 20,
+    "backpressure_config": {"status_code": 503, "retry_after_s": 1},
     "ray_actor_options": {"num_cpus": 1},
     "health_check_period_s": 10,
 }
@@ -476,7 +479,13 @@ def deployment(**options):
     return ray_serve.deployment(**{**DEPLOYMENT_DEFAULTS, **options})(ray_serve.ingress()(DecisionService))
 
 
+def validated(settings: ServeSettings | dict[str, Any] | None) -> dict[str, Any]:
+    """``settings`` checked against :class:`ServeSettings`, as the plain dict a replica is built from."""
+    if isinstance(settings, ServeSettings):
+        return settings.model_dump()
+    return ServeSettings.model_validate(settings or {}).model_dump()
+
+
 def build(args: dict[str, Any]):
     """Serve application builder (``import_path: serve.app:build``); ``args`` are :class:`ServeSettings`."""
-    settings = ServeSettings.model_validate(args or {})
-    return deployment().bind(settings.model_dump())
+    return deployment().bind(validated(args))

@@ -9,7 +9,9 @@ request the replica holds within ``bound_s`` of its arrival:
 - **at arrival** (:meth:`Admission.arrive`): behind ``held`` requests, this
   one is expected to finish after ``(held + 1) × service_s`` seconds,
   where ``service_s`` is the recent mean time one decision takes on the replica
-  (an exponentially weighted mean, weight ``alpha`` on the latest). Beyond
+  (an exponentially weighted mean, weight ``alpha`` on the latest; the first
+  decision, which compiles the decision loop, is left out, and a sample counts at
+  most ``bound_s``: one slow outlier must not refuse the next hundred). Beyond
   ``bound_s`` the request is refused on the spot — reading no body, deciding
   nothing, so refusing costs a small fraction of deciding;
 - **before its decision** (:meth:`Ticket.late`): a request admitted on a
@@ -72,6 +74,7 @@ class Admission:
     alpha: float = 0.1
     service_s: float = 0.003  # prior: a 40-job decision on this machine (docs/BENCHMARKS.md)
     held: int = 0
+    decided: int = 0
     admitted: int = 0
     refused_arrival: int = 0
     refused_late: int = 0
@@ -87,8 +90,11 @@ class Admission:
         return ticket
 
     def observe(self, seconds: float) -> None:
-        """One decision's duration into the running mean."""
-        self.service_s += self.alpha * (seconds - self.service_s)
+        """One decision's duration into the running mean (module docstring)."""
+        self.decided += 1
+        if self.decided > 1:
+            sample = min(seconds, self.bound_s) if self.bound_s > 0 else seconds
+            self.service_s += self.alpha * (sample - self.service_s)
 
     @property
     def refused(self) -> int:

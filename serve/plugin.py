@@ -10,7 +10,7 @@ Importing this module imports neither Ray nor FastAPI.
 from __future__ import annotations
 
 import contextlib
-import os
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -31,37 +31,21 @@ def register(plugins: Plugins) -> None:
     plugins.groups["bench"].command("serve")(bench_serve)
 
 
-def start_ray() -> bool:
-    """Join the Ray cluster at ``RAY_ADDRESS`` if set, else start a local one on loopback; True if started."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep the node on 127.0.0.1
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = os.environ.get("RAY_ADDRESS") or "local"
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    return True
-
-
-def run_app(settings, host: str, port: int, name: str = "dl2ray", blocking: bool = True) -> str:
-    """Start Serve's proxy on ``host:port``, deploy the app (``settings``: ``ServeSettings``); its URL."""
-    from ray import serve as ray_serve
-
-    from serve.app import build
-
-    ray_serve.start(http_options={"host": host, "port": port})
-    ray_serve.run(build(settings.model_dump()), name=name, route_prefix="/", blocking=blocking)
-    return f"http://{host}:{port}"
-
-
 def serve_command(
     config: Annotated[Path, typer.Option("--config", "-c", help="experiment YAML the policy fits")] = Path(
         "configs/testbed.yaml"),
     checkpoint: Annotated[Path | None, typer.Option(
         help="policy checkpoint (default models/dl2-CONFIG.pt); watched and hot-reloaded on change")] = None,
-    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port of Serve's proxy")] = 8000,
+    grpc_port: Annotated[int | None, typer.Option(
+        min=1, max=65535, help="gRPC port of Serve's proxy (decide.proto); default: no gRPC")] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    mode: Annotated[str, typer.Option(
+        help="Serve's request path: direct (replicas answer HTTP/gRPC themselves), throughput, inline, "
+             "proxy (see docs/serve.md)")] = "direct",
+    replicas: Annotated[int, typer.Option(min=1, help="replicas of the decider, one core each")] = 1,
+    overload_bound_ms: Annotated[float, typer.Option(
+        min=0.0, help="refuse (503) what the replica cannot answer within this many ms; 0: never")] = 25.0,
     reload_every: Annotated[float, typer.Option(
         min=0.0, help="seconds between weight polls; 0: never")] = 2.0,
     global_policy: Annotated[str | None, typer.Option(
@@ -77,21 +61,29 @@ def serve_command(
         checkpoint = Path(f"models/dl2-{cfg.name}.pt")
     if checkpoint is not None and not checkpoint.is_file():
         raise UserError(f"--checkpoint: {checkpoint}: no such file")
+    from serve.launch import SERVE_MODES, app_urls, run_app, start_ray
+
+    if mode not in SERVE_MODES:
+        raise UserError(f"--mode {mode}: one of {', '.join(SERVE_MODES)}")
     settings = ServeSettings(config=str(config.resolve()),
                              checkpoint=str(checkpoint.resolve()) if checkpoint else None,
                              reload_every_s=reload_every, global_policy=global_policy,
-                             global_namespace=namespace)
+                             global_namespace=namespace, overload_bound_ms=overload_bound_ms)
     _check_weights(settings)
-    started = start_ray()
+    started = start_ray(mode, port, grpc_port)
     import ray
     from ray import serve as ray_serve
 
-    url = run_app(settings, host, port, blocking=False)
+    url = run_app(settings, host, port, blocking=False, grpc_port=grpc_port, num_replicas=replicas)
+    urls = app_urls(host=host)
     print(f"dl2ray decision endpoint at {url} (POST /v1/decide, GET /v1/policy, /docs); Ctrl-C stops it",
           flush=True)
-    try:
-        import time
+    print(f"the application answers at {json.dumps(urls)}", flush=True)
+    import signal
+    import time
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # terminate = Ctrl-C: shut Serve and Ray down
+    try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -122,17 +114,32 @@ def bench_serve(
     probe_seconds: Annotated[float, typer.Option(
         min=0.5, help="seconds per rate while searching the highest rate with p99 < 50 ms")] = 5.0,
     seed: int = 0,
+    modes: Annotated[str, typer.Option(
+        help="Serve modes measured over HTTP, comma-separated (serve.launch.SERVE_MODES)")] = "proxy,direct",
+    grpc_modes: Annotated[str, typer.Option(help="of those, the ones also measured over gRPC")] = "direct",
+    overload_factor: Annotated[float, typer.Option(
+        min=1.0, help="the overload run offers this many times the highest good rate")] = 3.0,
+    overload_bound_ms: Annotated[float, typer.Option(min=0.0, help="the servers' admission bound")] = 25.0,
+    plot: Annotated[Path | None, typer.Option(help="write the latency-vs-rate plot (PNG) here")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """HTTP latency of the decision endpoint at a fixed rate: Ray Serve, plain uvicorn, in-process decide."""
+    """Latency of the decision endpoint (open loop, own-process load generator): in-process, plain uvicorn,
+    Ray Serve per mode over HTTP and gRPC; fixed rate, highest rate with p99 < 50 ms, overload."""
     from dl2ray.config import load_config
     from serve.bench import run
+    from serve.launch import SERVE_MODES
 
     cfg = load_config(config)
     ckpt = checkpoint or Path(f"models/dl2-{cfg.name}.pt")
     if not ckpt.is_file():
         raise UserError(f"--checkpoint: {ckpt}: no such file")
+    mode_list = [m for m in modes.split(",") if m]
+    grpc_list = [m for m in grpc_modes.split(",") if m]
+    for m in (*mode_list, *grpc_list):
+        if m not in SERVE_MODES:
+            raise UserError(f"--modes/--grpc-modes: unknown mode {m!r}; one of {', '.join(SERVE_MODES)}")
     # Ray prints its shutdown notices on stdout; --json promises one JSON object there and nothing else.
     with contextlib.redirect_stdout(sys.stderr):
-        doc = run(config, ckpt, rps, seconds, jobs, probe_seconds, seed)
+        doc = run(config, ckpt, rps, seconds, jobs, probe_seconds, seed, mode_list, grpc_list,
+                  overload_factor, overload_bound_ms, plot)
     emit(doc, json_out)

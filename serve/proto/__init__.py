@@ -18,16 +18,20 @@ SERVICER = "serve.proto.decide_pb2_grpc.add_DeciderServicer_to_server"
 METHOD = "/dl2ray.serve.v1.Decider/Decide"
 
 
-def generate(out: Path = HERE) -> list[Path]:
-    """Run protoc (``grpcio-tools``, a dev dependency) on ``decide.proto`` into ``out``; the files written.
+def generate(out: Path | None = None) -> list[Path]:
+    """Run protoc (``grpcio-tools``, a dev dependency) on ``decide.proto``; the files written.
 
-    protoc writes ``import decide_pb2`` into the service module; it becomes a package-relative import.
+    The proto is compiled from the repository root as ``serve/proto/decide.proto``, so the message
+    classes live in module ``serve.proto.decide_pb2`` (Serve's proxy pickles them to the replica, which
+    imports them by that name). ``out``: a directory to write ``serve/proto/*.py`` under (default: the
+    repository itself).
     """
     from grpc_tools import protoc
 
-    args = ["protoc", f"-I{HERE}", f"--python_out={out}", f"--grpc_python_out={out}", str(PROTO)]
+    root = HERE.parent.parent
+    out = out or root
+    rel = PROTO.relative_to(root)
+    args = ["protoc", f"-I{root}", f"--python_out={out}", f"--grpc_python_out={out}", str(rel)]
     if protoc.main(args) != 0:
         raise RuntimeError(f"protoc failed on {PROTO}")
-    service = out / "decide_pb2_grpc.py"
-    service.write_text(service.read_text().replace("import decide_pb2 as", "from . import decide_pb2 as"))
-    return [out / "decide_pb2.py", service]
+    return [out / rel.with_name("decide_pb2.py"), out / rel.with_name("decide_pb2_grpc.py")]

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from . import decide_pb2 as decide__pb2
+from serve.proto import decide_pb2 as serve_dot_proto_dot_decide__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in decide_pb2_grpc.py depends on'
+        + ' but the generated code in serve/proto/decide_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class DeciderStub:
         """
         self.Decide = channel.unary_unary(
                 '/dl2ray.serve.v1.Decider/Decide',
-                request_serializer=decide__pb2.DecideRequest.SerializeToString,
-                response_deserializer=decide__pb2.DecideResponse.FromString,
+                request_serializer=serve_dot_proto_dot_decide__pb2.DecideRequest.SerializeToString,
+                response_deserializer=serve_dot_proto_dot_decide__pb2.DecideResponse.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_DeciderServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Decide': grpc.unary_unary_rpc_method_handler(
                     servicer.Decide,
-                    request_deserializer=decide__pb2.DecideRequest.FromString,
-                    response_serializer=decide__pb2.DecideResponse.SerializeToString,
+                    request_deserializer=serve_dot_proto_dot_decide__pb2.DecideRequest.FromString,
+                    response_serializer=serve_dot_proto_dot_decide__pb2.DecideResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Decider:
             request,
             target,
             '/dl2ray.serve.v1.Decider/Decide',
-            decide__pb2.DecideRequest.SerializeToString,
-            decide__pb2.DecideResponse.FromString,
+            serve_dot_proto_dot_decide__pb2.DecideRequest.SerializeToString,
+            serve_dot_proto_dot_decide__pb2.DecideResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,6 +13,7 @@ from support import CONFIGS
 from clusters.guard import DecisionLog, GuardedScheduler, violation
 from clusters.report import allocation_difference, live_report
 from dl2ray.config import load_config
+from dl2ray.errors import Refused
 from dl2ray.experiments import build_simulator
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.view import Allocation, ClusterView, JobPlacement, Tasks
@@ -66,6 +67,35 @@ def test_a_raising_policy_falls_back_to_drf(view, tmp_path) -> None:
     assert g.fallbacks == {"error": 1}
     row = g.decisions.rows[-1]
     assert row["applied"] == "fallback" and "policy bug" in row["reason"] and row["policy_alloc"] == "null"
+
+
+class Overloaded:
+    """A remote policy that refuses every other view, as an overloaded endpoint does (serve:URL)."""
+
+    name = "overloaded"
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def decide_or_refuse(self, view):
+        self.asked += 1
+        if self.asked % 2:
+            raise Refused("endpoint answered 503", 1.0)
+        return Allocation.empty()
+
+    def decide(self, view):  # its own local fallback, which the guardrail must not use
+        raise AssertionError("the guardrail asks decide_or_refuse")
+
+
+def test_a_refusal_is_decided_by_the_fallback_and_counted_not_an_error(view, tmp_path) -> None:
+    g = _guard(Overloaded(), tmp_path)
+    drf = make_scheduler("drf", None).decide(view)
+    assert g.decide(view).tasks == drf.tasks  # refused: this slot is the fallback's
+    assert g.decide(view).tasks == {}  # answered: the policy's (empty) allocation is applied
+    assert g.fallbacks == {"refused": 1}
+    rows = g.decisions.rows
+    assert [r["applied"] for r in rows] == ["fallback", "policy"] and "503" in rows[0]["reason"]
+    g.close()
 
 
 def test_a_late_policy_falls_back_and_is_not_asked_again_while_running(view, tmp_path) -> None:
