@@ -38,9 +38,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -53,11 +54,12 @@ from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.schedulers.base import make_scheduler, scheduler_names
 from serve.convert import ViewError, from_allocation, to_view
-from serve.overload import Admission, Ticket
+from serve.overload import Admission
 from serve.schemas import DecideRequest, DecideResponse, Health, OverloadInfo, PolicyInfo
 from serve.weights import CheckpointFile, GlobalPolicyPull, PolicyStore
 
 log = logging.getLogger("dl2ray.serve")
+T = TypeVar("T")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_PLUGINS = "dl2ray.schedulers"  # entry points of schedulers from other packages (serve: itself)
@@ -131,6 +133,8 @@ class DecisionService:
         self.heuristics = servable_heuristics(self.cfg)
         self.store = _store(self.cfg, s)
         self.admission = Admission(s.overload_bound_ms / 1e3, s.retry_after_s)
+        # one decision at a time, off the event loop (admitted); more threads would only share the GIL
+        self._decider = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decide")
 
     # -- the endpoints (routes attached by ENDPOINTS) -------------------------------------------
 
@@ -187,25 +191,48 @@ class DecisionService:
         from serve.grpc_messages import request_from_proto, response_to_proto
         from serve.proto import decide_pb2
 
-        ticket = self.admission.arrive()
-        try:
-            if ticket is None or await _late(ticket):
-                return _grpc_status(grpc_context, decide_pb2.DecideResponse(), "RESOURCE_EXHAUSTED",
-                                    f"overloaded: no answer within {self.admission.bound_s * 1e3:g} ms; "
-                                    f"decide locally, retry after {self.admission.retry_after_s} s")
-            t0 = time.perf_counter()
+        def work() -> tuple[str, str] | decide_pb2.DecideResponse:
             try:
-                resp = self.decide_now(request_from_proto(request))
+                return response_to_proto(self.decide_now(request_from_proto(request)))
             except ValidationError as exc:
-                return _grpc_status(grpc_context, decide_pb2.DecideResponse(), "INVALID_ARGUMENT",
-                                    _first_error(exc))
+                return "INVALID_ARGUMENT", _first_error(exc)
             except ViewError as exc:
-                return _grpc_status(grpc_context, decide_pb2.DecideResponse(), "INVALID_ARGUMENT", str(exc))
-            ticket.done(time.perf_counter() - t0)
-            return response_to_proto(resp)
-        finally:
-            if ticket is not None:
-                ticket.done()
+                return "INVALID_ARGUMENT", str(exc)
+
+        out = await self.admitted(work)
+        if out is None:
+            return _grpc_status(grpc_context, decide_pb2.DecideResponse(), "RESOURCE_EXHAUSTED",
+                                f"overloaded: no answer within {self.admission.bound_s * 1e3:g} ms; "
+                                f"decide locally, retry after {self.admission.retry_after_s} s")
+        if isinstance(out, tuple):
+            return _grpc_status(grpc_context, decide_pb2.DecideResponse(), *out)
+        return out
+
+    async def admitted(self, work: Callable[[], T]) -> T | None:
+        """``work()`` (the CPU part of a request: parse, convert, decide, serialise) on the decision thread,
+        under admission control (:mod:`serve.overload`); None if refused (counted). The event loop waits
+        without blocking, so it keeps reading and counting the requests that arrive meanwhile."""
+        ticket = self.admission.arrive()
+        if ticket is None:
+            return None
+        started = [0.0]
+
+        def run() -> T | _Late:
+            if ticket.late():
+                return _LATE
+            started[0] = time.perf_counter()
+            return work()
+
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(self._decider, run)
+        except BaseException:
+            ticket.done()
+            raise
+        if isinstance(out, _Late):
+            self.admission.refuse_late(ticket)
+            return None
+        ticket.done(time.perf_counter() - started[0])
+        return out
 
     # -- Serve hooks -------------------------------------------------------------------------------
 
@@ -220,6 +247,7 @@ class DecisionService:
 
     def close(self) -> None:
         self.store.close()
+        self._decider.shutdown(wait=False)
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
         store = getattr(self, "store", None)
@@ -227,11 +255,11 @@ class DecisionService:
             store.close()
 
 
-async def _late(ticket: Ticket) -> bool:
-    """Yield once, so requests that arrived with this one are counted before any of them is decided;
-    then whether this one is already too late to decide (:meth:`serve.overload.Ticket.late`)."""
-    await asyncio.sleep(0)
-    return ticket.late()
+class _Late:
+    """The marker a request found late on the decision thread returns."""
+
+
+_LATE = _Late()
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -302,25 +330,19 @@ def decide_route(service: DecisionService) -> Callable:
     """``POST /v1/decide`` of ``service``: admission, then the raw body parsed once, decided, answered."""
 
     async def decide(request: Request) -> Response:
-        ticket = service.admission.arrive()
-        if ticket is None:
-            return _busy(service.admission)
-        try:
-            body = await request.body()
-            if await _late(ticket):
-                return _busy(service.admission)
-            t0 = time.perf_counter()
-            if not _json_body(request.headers.get("content-type")):
-                return _validation_error((), "request body must be application/json", None)
+        if not _json_body(request.headers.get("content-type")):
+            return _validation_error((), "request body must be application/json", None)
+        body = await request.body()
+
+        def work() -> Response:
             try:
                 req = DecideRequest.model_validate_json(body)
             except ValidationError as exc:
                 return _schema_error(exc)
-            out = Response(service.decide_now(req).model_dump_json(), media_type="application/json")
-            ticket.done(time.perf_counter() - t0)
-            return out
-        finally:
-            ticket.done()
+            return Response(service.decide_now(req).model_dump_json(), media_type="application/json")
+
+        out = await service.admitted(work)
+        return _busy(service.admission) if out is None else out
 
     decide.__doc__ = DecisionService.decide_now.__doc__
     return decide

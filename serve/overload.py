@@ -29,7 +29,9 @@ The bound is on *waiting*: a request with nothing ahead of it is always
 decided, however long its own decision takes (a huge view, a slow moment of
 the machine). ``bound_s = 0`` turns admission off (every request is decided,
 however late).
-All of it runs on the replica's event loop: no locks.
+The decisions run one at a time on a thread of their own (:meth:`serve.app.DecisionService.admitted`),
+so the event loop stays free to read, count and refuse new requests while one is decided; the
+counters change only on the event loop (:meth:`Ticket.late` only reads): no locks.
 """
 
 from __future__ import annotations
@@ -48,13 +50,11 @@ class Ticket:
     open: bool = True
 
     def late(self) -> bool:
-        """True (and the request counted as refused) if deciding it now would finish past the bound."""
+        """True if deciding it now would finish past the bound. Reads only: safe on the decision thread;
+        the caller then refuses it on the event loop (:meth:`Admission.refuse_late`)."""
         a = self.admission
-        if a.bound_s <= 0 or self.ahead == 0 or time.perf_counter() - self.arrived + a.service_s <= a.bound_s:
-            return False
-        a.refused_late += 1
-        self.done()
-        return True
+        return not (a.bound_s <= 0 or self.ahead == 0
+                    or time.perf_counter() - self.arrived + a.service_s <= a.bound_s)
 
     def done(self, service_s: float | None = None) -> None:
         """The request left the replica; ``service_s``: the seconds its decision took, if it was decided."""
@@ -88,6 +88,11 @@ class Admission:
         self.held += 1
         self.admitted += 1
         return ticket
+
+    def refuse_late(self, ticket: Ticket) -> None:
+        """``ticket`` was found late before its decision: refused, counted, out of the queue."""
+        self.refused_late += 1
+        ticket.done()
 
     def observe(self, seconds: float) -> None:
         """One decision's duration into the running mean (module docstring)."""
