@@ -76,17 +76,24 @@ def _nodes(nodes: Sequence[NodeState]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_nodes(loc: Loc, nodes: list[int], count: int, what: str, num_nodes: int) -> tuple[int, ...]:
-    if nodes and len(nodes) != count:
+    if not nodes:
+        return ()
+    if len(nodes) != count:
         raise ViewError(loc, f"{len(nodes)} nodes listed for {count} {what}: give one per task or none",
                         nodes)
-    for k, n in enumerate(nodes):
-        if not 0 <= n < num_nodes:
-            raise ViewError((*loc, k), f"node {n} is not in the view (nodes 0..{num_nodes - 1})", n)
+    if min(nodes) < 0 or max(nodes) >= num_nodes:  # one pass in C; the loop below only names the culprit
+        for k, n in enumerate(nodes):
+            if not 0 <= n < num_nodes:
+                raise ViewError((*loc, k), f"node {n} is not in the view (nodes 0..{num_nodes - 1})", n)
     return tuple(nodes)
 
 
 def _demand(loc: Loc, d: TaskDemand | None, default: np.ndarray) -> np.ndarray:
+    """The task demand as a shape-(3,) array: the catalogue's own (no allocation) when
+    the request repeats the type's default, as the client does for every job."""
     if d is None:
+        return default
+    if d.cpu == default[0] and d.gpu == default[1] and d.mem == default[2]:
         return default
     a = d.as_array()
     if any(0 < v < RESOLUTION for v in (d.cpu, d.gpu, d.mem)):

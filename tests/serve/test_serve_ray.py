@@ -16,7 +16,8 @@ from support import wait_for
 
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from serve.app import build
-from serve.client import ServeScheduler
+from serve.client import ServeError, ServeScheduler
+from serve.proto import SERVICER
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -33,13 +34,14 @@ def served(ray_session, testbed):
     gp = GlobalPolicy.options(name=name).remote(testbed, None, 7, None,
                                                A3COptions(agents=1, traces=1, val_every=None))
     ray_session.get(gp.stats.remote())
-    port = free_port()
-    ray_serve.start(http_options={"host": "127.0.0.1", "port": port})
+    port, grpc_port = free_port(), free_port()
+    ray_serve.start(http_options={"host": "127.0.0.1", "port": port},
+                    grpc_options={"port": grpc_port, "grpc_servicer_functions": [SERVICER]})
     settings = {"config": str(TESTBED), "checkpoint": str(SHIPPED), "reload_every_s": 0.2,
                 "global_policy": name, "global_namespace": namespace, "max_body_bytes": 1 << 20}
     ray_serve.run(build(settings), name="dl2ray-test", route_prefix="/")
     try:
-        yield f"http://127.0.0.1:{port}", gp
+        yield f"http://127.0.0.1:{port}", gp, f"grpc://127.0.0.1:{grpc_port}"
     finally:
         ray_serve.shutdown()
         ray_session.kill(gp, no_restart=True)
@@ -56,7 +58,7 @@ def _decisions(scheduler, views) -> list:
 
 
 def test_serves_over_http_and_follows_the_global_policy(served, views, testbed, ray_session):
-    url, gp = served
+    url, gp, _ = served
     version = lambda: requests.get(f"{url}/v1/policy").json()["version"]  # noqa: E731
     # The app started on the shipped checkpoint; the first pull replaces it with the actor's weights.
     wait_for("the first pull", lambda: version() == "global:dl2ray-test-global@0", 60.0, 0.1)
@@ -77,7 +79,7 @@ def test_serves_over_http_and_follows_the_global_policy(served, views, testbed, 
 
 
 def test_bad_and_oversized_requests_over_serve(served, views):
-    url, _ = served
+    url, _, _ = served
     body = json.loads(ServeScheduler(url).body(views[0]))
     body["view"]["jobs"][0]["job_type"] = "resnet-51"
     r = requests.post(f"{url}/v1/decide", json=body)
@@ -87,3 +89,15 @@ def test_bad_and_oversized_requests_over_serve(served, views):
     assert r.status_code == 413
     assert requests.get(f"{url}/healthz").status_code == 200
     assert requests.get(f"{url}/openapi.json").json()["paths"]["/v1/decide"]["post"]
+
+
+def test_grpc_through_serves_proxy_answers_like_http(served, views):
+    """Serve's gRPC proxy → replica (the request message is pickled on the way: its module must import
+    as serve.proto.decide_pb2); errors come back as status codes."""
+    url, _, grpc_url = served
+    over_http, over_grpc = ServeScheduler(url), ServeScheduler(grpc_url)
+    for view in views:
+        assert list(over_grpc.decide(view).tasks.items()) == list(over_http.decide(view).tasks.items())
+    assert over_grpc.last_version == over_http.last_version
+    with pytest.raises(ServeError, match="INVALID_ARGUMENT"):
+        ServeScheduler(grpc_url, "no-such-heuristic").decide(views[0])
