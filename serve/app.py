@@ -472,14 +472,14 @@ def plain_app(service: DecisionService) -> FastAPI:
 DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "name": "DL2Decider",
     "num_replicas": 1,
-    # The decision is CPU-bound and runs inline on the replica's event loop, one at a time. Requests up to
-    # this many are handed to the replica at once, so its admission control (serve.overload) sees the
-    # whole queue and refuses what would be late; Serve's default of 5 kept them queued where the replica
-    # cannot see them.
-    "max_ongoing_requests": 100,
-    # Beyond this many requests waiting in Serve itself (in front of the replica), Serve answers 503 with
-    # Retry-After (gRPC: RESOURCE_EXHAUSTED) at once instead of queueing: a second, coarse bound.
-    "max_queued_requests": 20,
+    # The decision is CPU-bound: one at a time on the replica's decision thread. Two requests in the
+    # replica (one deciding, one parsed and ready), two more waiting in Serve; beyond that Serve answers
+    # 503 + Retry-After (gRPC: RESOURCE_EXHAUSTED) at once, on its cheapest path (before user code), and
+    # the replica's admission control (serve.overload) refuses what would still wait past its bound.
+    # Measured at 300 req/s offered (docs/BENCHMARKS.md): 100/20 answered 509 requests 200 in 10 s with
+    # the latest answer at 235 ms; 4/4: 921, 140 ms; 2/2: 1023, 131 ms.
+    "max_ongoing_requests": 2,
+    "max_queued_requests": 2,
     "backpressure_config": {"status_code": 503, "retry_after_s": 1},
     "ray_actor_options": {"num_cpus": 1},
     "health_check_period_s": 10,
