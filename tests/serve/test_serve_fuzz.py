@@ -11,8 +11,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
+from serve_support import SHIPPED, TESTBED, Endpoint
 
 from dl2ray.config import load_config
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """The app with admission control off: schemathesis may give up on a slow request (a huge view) and
+    send the next while the replica still decides it, which the shipped app rightly refuses with a 503
+    (overload is tested in test_serve_overload.py); here every request must be judged on its content."""
+    ep = Endpoint({"config": str(TESTBED), "checkpoint": str(SHIPPED), "reload_every_s": 0,
+                   "overload_bound_ms": 0})
+    yield ep
+    ep.close()
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
