@@ -40,6 +40,9 @@ def train_sl(
     arch: Annotated[str | None, typer.Option(
         help="paper: the 3J+1 incremental steps; shape: one (workers, PS) menu row per job "
              "(default: policy.arch)")] = None,
+    dagger: Annotated[int, typer.Option(
+        min=0, help="shape: DAgger rounds after the first fit: the student runs the training traces, the "
+        "teacher labels its slots, training goes on (epochs/2 each) on everything")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Supervised warm-start: imitate a heuristic's decisions with the policy of either architecture."""
@@ -67,7 +70,9 @@ def train_sl(
     run = SLRun(name, len(train_trace) if train_trace else traces or p.sl_traces,
                 len(val_trace) if val_trace else val_traces or p.sl_val_traces, epochs or p.sl_epochs,
                 seed, p.sl_max_slots, tuple(str(f) for f in train_trace or ()),
-                tuple(str(f) for f in val_trace or ()), arch)
+                tuple(str(f) for f in val_trace or ()), arch, dagger)
+    if dagger and arch != "shape":
+        raise UserError("--dagger: only the shape architecture (--arch shape) has DAgger rounds")
     torch.set_num_threads(threads)
     with Progress(
         "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),

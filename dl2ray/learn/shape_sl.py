@@ -78,6 +78,36 @@ def record(cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_
     return out
 
 
+def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, trace_seeds: Sequence[int],
+                      max_slots: int, traces: Sequence[Trace] | None = None) -> list[SlotSample]:
+    """DAgger (Ross et al., 2011): the *student's* (``net``, greedy) slots on each trace, labelled with what
+    ``teacher`` would decide in them. The student's own mistakes lead to states the teacher never visits;
+    these labels teach it the way back."""
+    from dl2ray.policy.shape import decide_shapes
+    from dl2ray.policy.shape_net import NumpyShapePolicy
+    from dl2ray.schedulers.base import make_scheduler
+
+    enc = net.enc
+    student = NumpyShapePolicy(net)
+    out: list[SlotSample] = []
+    for sim, seed in _simulators(cfg, trace_seeds, traces):
+        sched = make_scheduler(teacher, cfg)
+        view = sim.reset(seed)
+        if hasattr(sched, "reset"):
+            sched.reset(seed)
+        for _ in range(max_slots):
+            if sim.done:
+                break
+            label = sched.decide(view)
+            if not view.jobs:
+                view = sim.step(label).view
+                continue
+            out.append(teacher_sample(view, enc, label))
+            x, g = job_features(view, enc)
+            view = sim.step(decide_shapes(view, enc, student.logits(x, g)).allocation).view
+    return out
+
+
 @dataclass
 class PaddedSlots:
     """Slots stacked and padded to the largest: ``x`` (B, n, F), ``present`` (B, n), ``g`` (B, G),

@@ -257,6 +257,7 @@ def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict |
             f" --val-trace {f}" for f in r.get("val_files", ()))
         out = rl.get("init") if rl is not None else run
         arch = " --arch shape" if r.get("arch") == "shape" else ""
+        arch += f" --dagger {r['dagger']}" if r.get("dagger") else ""
         cmds.append(f"dl2ray train sl --config {config_path}{arch} --teacher {r['teacher']} "
                     f"--out {out} --traces {r['traces']} --val-traces {r['val_traces']} "
                     f"--epochs {r['epochs']} --seed {r['seed']}{files}")

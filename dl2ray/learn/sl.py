@@ -258,6 +258,7 @@ class SLRun:
     train_files: tuple[str, ...] = ()  # Parquet traces to record instead of generated training traces
     val_files: tuple[str, ...] = ()  # ... and instead of generated validation traces
     arch: str = "paper"  # the policy's architecture: paper (3J+1 steps) or shape (dl2ray.learn.shape_sl)
+    dagger: int = 0  # shape: DAgger rounds after the first fit (teacher labels on the student's own slots)
 
 
 def run_sl(
@@ -342,6 +343,11 @@ def _fit_shape(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, 
     policy = build_shape_policy(ShapeEncoding.from_config(cfg), p.shape.embed, p.shape.head, run.seed)
     history = shape_sl.train(policy, data, val, p.sl_lr, run.epochs, p.sl_batch_size, run.seed,
                              p.sl_label_smoothing, on_epoch)
+    for r in range(run.dagger):  # aggregate the student's slots, keep training the same network
+        more = shape_sl.record_on_student(cfg, run.teacher, policy, seeds[0], run.max_slots, traces[0])
+        data = [*data, *more]
+        history += shape_sl.train(policy, data, val, p.sl_lr, max(1, run.epochs // 2), p.sl_batch_size,
+                                  run.seed + 1 + r, p.sl_label_smoothing, on_epoch)
     return _Fitted(policy, None, history, sum(len(x.actions) for x in data), sum(len(x.actions) for x in val),
                    0, lambda out, extra: save_shape_checkpoint(out, policy, cfg.catalogue.names, extra=extra))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from support import small_config
@@ -99,3 +100,60 @@ def test_sl_records_fixed_trace_files(tmp_path, capsys):
     code, _, err = run_cli(capsys, "train", "sl", "--out", str(tmp_path / "x.pt"),
                            "--train-trace", str(tmp_path / "missing.parquet"))
     assert code == 2 and "--train-trace" in err and "no such trace file" in err
+
+
+def test_dagger_labels_the_students_own_slots_with_the_teacher():
+    """Each recorded slot is a view the *student* reached (its greedy decisions drive the run), labelled with
+    the teacher's decision in that view."""
+    from dl2ray.experiments import build_simulator
+    from dl2ray.learn import shape_sl
+    from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+    from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
+    from dl2ray.schedulers.base import make_scheduler
+
+    cfg = TINY.model_copy(update={"policy": TINY.policy.model_copy(update={"arch": "shape"})})
+    enc = ShapeEncoding.from_config(cfg)
+    net = build_shape_policy(enc, (16,), 8, seed=5)
+    got = shape_sl.record_on_student(cfg, "drf", net, [7], max_slots=20)
+    sim, drf, student = build_simulator(cfg), make_scheduler("drf", cfg), NumpyShapePolicy(net)
+    view, want = sim.reset(7), []
+    while not sim.done and sim.slot < 20:
+        label = drf.decide(view)
+        if view.jobs:
+            want.append(shape_sl.teacher_sample(view, enc, label))
+            x, g = job_features(view, enc)
+            view = sim.step(decide_shapes(view, enc, student.logits(x, g)).allocation).view
+        else:
+            view = sim.step(label).view
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a.x, b.x)
+        np.testing.assert_array_equal(a.actions, b.actions)
+    teacher_run = shape_sl.record(cfg, "drf", [7], max_slots=20)
+    assert any(not np.array_equal(a.x, b.x) for a, b in zip(got, teacher_run, strict=False))
+
+
+def test_cli_dagger_runs_for_shape_and_is_refused_for_paper(capsys, tmp_path):
+    from support import run_cli
+
+    out = tmp_path / "d.pt"
+    cfg = tmp_path / "tiny.yaml"
+    import yaml
+
+    raw = TINY.model_dump(mode="json")
+    raw.pop("base_dir")
+    raw["jobtypes"] = str(TINY.resolve(TINY.jobtypes))
+    raw["profile"] = str(TINY.profile_path)
+    raw["speed"]["surfaces"] = str(TINY.surfaces_dir)
+    cfg.write_text(yaml.safe_dump(raw))
+    code, _, err = run_cli(capsys, "train", "sl", "--config", str(cfg), "--out", str(out), "--teacher", "drf",
+                           "--traces", "2", "--val-traces", "1", "--epochs", "2", "--arch", "shape",
+                           "--dagger", "1")
+    assert code == 0, err
+    import json
+
+    rec = json.loads(out.with_suffix(".json").read_text())
+    assert rec["run"]["dagger"] == 1 and len(rec["history"]) == 3  # 2 epochs, then 1 after the DAgger round
+    code, _, err = run_cli(capsys, "train", "sl", "--config", str(cfg), "--out", str(out), "--teacher", "drf",
+                           "--arch", "paper", "--dagger", "1")
+    assert code == 2 and "--dagger" in err
