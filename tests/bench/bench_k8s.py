@@ -41,9 +41,9 @@ sys.path.insert(0, str(HERE.parent / "k8s"))
 import kubernetes  # noqa: E402
 from emulator import Emulator, node, with_uid  # noqa: E402
 
-from clusters import k8s_objects as ko  # noqa: E402
-from clusters.k8s_backend import Coordinators, KubeApi, KubernetesBackend  # noqa: E402
-from clusters.k8s_config import K8sSettings  # noqa: E402
+from clusters.k8s import objects as ko  # noqa: E402
+from clusters.k8s.backend import Coordinators, KubeApi, KubernetesBackend  # noqa: E402
+from clusters.k8s.config import K8sSettings  # noqa: E402
 from dl2ray.config import load_config  # noqa: E402
 from dl2ray.jobspec import JobSpec  # noqa: E402
 from dl2ray.view import Allocation, Tasks  # noqa: E402

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from support import run_cli, wait_for
 
-from clusters.a3c import _params_vector
-from clusters.fed_config import load_federation, member_config
-from clusters.fed_http import decode_frame, encode_frame
-from clusters.fed_philly import gpu_demand_p90
-from clusters.federation import FederatedPolicyImpl, a3c_options
+from clusters.a3c.training import _params_vector
+from clusters.federation.config import load_federation, member_config
+from clusters.federation.http import decode_frame, encode_frame
+from clusters.federation.learner import FederatedPolicyImpl, a3c_options
+from clusters.federation.philly import gpu_demand_p90
 from dl2ray.config import ConfigError
 from dl2ray.learn.rl import UpdateRow
 
@@ -154,7 +154,7 @@ def test_bench_refuses_a_member_count_below_one(capsys):
 
 
 def test_status_table_and_json(tmp_path, tiny_yaml, capsys, monkeypatch):
-    import clusters.fed_deploy
+    import clusters.federation.deploy
 
     member = {"name": "a", "mode": "learn", "backend": "sim", "updates": 7, "dropped": 1, "rewound": 0,
               "joins": 2, "last_contact_s": 0.4, "staleness": 1, "staleness_bound": 8, "bytes_last": 0,
@@ -165,7 +165,7 @@ def test_status_table_and_json(tmp_path, tiny_yaml, capsys, monkeypatch):
             "bytes_last": 0}
     doc = {"federation": "t", "address": "127.0.0.1:1", "url": None, "checkpoint": "x/global.pt",
            "updates": 7, "boot": 1, "resumed": False, "uptime_s": 3.0, "members": [member, never, live]}
-    monkeypatch.setattr(clusters.fed_deploy, "status", lambda path: doc)
+    monkeypatch.setattr(clusters.federation.deploy, "status", lambda path: doc)
     path = _fed_file(tmp_path, tiny_yaml)
     code, out, err = run_cli(capsys, "federation", "status", str(path), "--json")
     assert code == 0, err
@@ -255,7 +255,7 @@ def test_frame_round_trip_and_malformed():
 def test_http_without_the_token_gets_401_and_changes_nothing(learner):
     import requests
 
-    from clusters.fed_http import FedGatewayImpl
+    from clusters.federation.http import FedGatewayImpl
 
     gp, _, _ = learner
     gw = FedGatewayImpl(gp, "s3cret-token-0123456789", "127.0.0.1", 0)  # uvicorn in a thread, no Ray
@@ -307,8 +307,8 @@ def _status(ray, learner):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_members_survive_member_loss_and_learner_restart(ray_session, tmp_path, tiny_yaml):
-    from clusters.fed_deploy import ensure_learner, names, start_local_member
-    from clusters.federation import NAMESPACE, ActorLink
+    from clusters.federation.deploy import ensure_learner, names, start_local_member
+    from clusters.federation.learner import NAMESPACE, ActorLink
 
     ray = ray_session
     fed = load_federation(_fed_file(tmp_path, tiny_yaml, http={"enabled": False}))
@@ -368,7 +368,7 @@ def _dl2ray(*args, timeout=300):
 def test_up_status_down_with_a_member_in_another_ray(tmp_path, tiny_yaml):
     import requests
 
-    from clusters.live_cli import start_head, stop_head
+    from clusters.cli.live import start_head, stop_head
 
     second = start_head(1, 0, tmp_path / "second-head.log")
     try:
@@ -453,7 +453,7 @@ class _Direct:
 def test_member_turns_by_mode(learner, tmp_path, tiny_yaml, mode):
     import dataclasses
 
-    from clusters.federation import MemberAgentImpl, member_specs
+    from clusters.federation.learner import MemberAgentImpl, member_specs
 
     gp, _, cfg = learner
     fed = load_federation(_fed_file(tmp_path, tiny_yaml))

@@ -42,8 +42,8 @@ def small_spec(name: str, **change) -> JobSpec:
 
 @pytest.fixture
 def backend(ray_session):
-    from clusters.backend import LiveBackend
-    from clusters.ray_backend import RayBackend
+    from clusters.agent.backend import LiveBackend
+    from clusters.ray.backend import RayBackend
 
     cat = load_config(ROOT / "configs" / "testbed.yaml").catalogue
     be = RayBackend(cat, slot_seconds=1.0, epoch=time.time(), apply_wait_s=180.0)

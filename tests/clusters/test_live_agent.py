@@ -14,7 +14,7 @@ import pytest
 from support import run_cli, wait_for
 from test_live import small_spec
 
-from clusters.live_config import load_live_config
+from clusters.ray.config import load_live_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_CHECKPOINT = ROOT / "models" / "dl2-testbed-paper.pt"
@@ -22,8 +22,8 @@ PAPER_CHECKPOINT = ROOT / "models" / "dl2-testbed-paper.pt"
 
 @pytest.fixture
 def agent(ray_session, tmp_path, request):
-    from clusters.live_agent import start_agent
-    from clusters.live_cli import teardown
+    from clusters.cli.live import teardown
+    from clusters.ray.agent import start_agent
 
     cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
     mode = getattr(request, "param", "")
@@ -176,7 +176,7 @@ def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> Non
 
 
 def test_live_learning_refuses_a_shape_policy_naming_the_architecture() -> None:
-    from clusters.live_learn import _policy_path
+    from clusters.a3c.live import _policy_path
     from dl2ray.errors import UserError
 
     assert _policy_path(f"dl2:{PAPER_CHECKPOINT}") == PAPER_CHECKPOINT
@@ -188,7 +188,7 @@ def test_live_learning_refuses_a_shape_policy_naming_the_architecture() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["shadow"], indirect=True)
 def test_shadow_mode_applies_drf_and_logs_what_the_policy_would_have_done(agent, capsys) -> None:
-    from clusters.report import live_report
+    from clusters.agent.report import live_report
 
     ray, handle, log_dir = agent
     spec = small_spec("shadowed", epochs=8)

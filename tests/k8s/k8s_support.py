@@ -9,9 +9,9 @@ import kubernetes
 from emulator import Emulator, with_uid
 from kubelet import TestKubelet
 
-from clusters import k8s_objects as ko
-from clusters.k8s_backend import KubeApi, KubernetesBackend
-from clusters.k8s_config import K8sSettings
+from clusters.k8s import objects as ko
+from clusters.k8s.backend import KubeApi, KubernetesBackend
+from clusters.k8s.config import K8sSettings
 from dl2ray.config import load_config
 from dl2ray.jobspec import JobSpec
 from dl2ray.view import Allocation, JobPlacement, Tasks

@@ -9,7 +9,7 @@ import pytest
 from k8s_support import small_job
 from support import wait_for
 
-from clusters import k8s_objects as ko
+from clusters.k8s import objects as ko
 
 pytestmark = pytest.mark.slow
 

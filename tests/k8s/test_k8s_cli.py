@@ -118,7 +118,7 @@ def test_cluster_up_user_errors_exit_2_with_one_line(tmp_path, capsys, kubeconfi
 
 
 def test_the_shipped_k8s_config_loads():
-    from clusters.k8s_config import is_k8s_config, load_k8s_config
+    from clusters.k8s.config import is_k8s_config, load_k8s_config
 
     path = REPO / "configs" / "k8s-cluster.yaml"
     assert is_k8s_config(path) and not is_k8s_config(REPO / "configs" / "live-local.yaml")

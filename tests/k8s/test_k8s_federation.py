@@ -14,7 +14,7 @@ import yaml
 from k8s_support import REPO, small_job
 from support import wait_for
 
-from clusters import k8s_objects as ko
+from clusters.k8s import objects as ko
 
 CHECKPOINT = REPO / "models" / "dl2-testbed-paper.pt"  # the policy configs/federation.yaml starts from
 
@@ -50,9 +50,9 @@ def _policy_slots(log_dir: Path, job_id: int) -> list[dict]:
 @pytest.mark.ray
 @pytest.mark.slow
 def test_k8s_member_schedules_a_dl2job_with_the_federations_policy(ray_session, cluster, tmp_path):
-    from clusters.fed_config import load_federation
-    from clusters.fed_deploy import down, names, status, up
-    from clusters.federation import NAMESPACE
+    from clusters.federation.config import load_federation
+    from clusters.federation.deploy import down, names, status, up
+    from clusters.federation.learner import NAMESPACE
 
     ray = ray_session
     path = _files(tmp_path, cluster.emu.kubeconfig(tmp_path / "kubeconfig"),
