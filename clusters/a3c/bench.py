@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from clusters.a3c.training import A3COptions, A3CRun
+from clusters.a3c.global_policy import A3COptions
+from clusters.a3c.training import A3CRun
 from dl2ray.config import ExperimentConfig
 
 

@@ -11,7 +11,7 @@ the slot over its declared epochs; a job that left the view finished its
 remaining epochs) and ``s_{t+1}``. Every ``steps_per_update`` decision steps it
 computes the actor-critic gradient (:func:`~dl2ray.learn.rollout.to_batch`,
 :func:`~dl2ray.learn.actor_critic.compute_gradients`) and pushes it to the
-:class:`~clusters.a3c.training.GlobalPolicy` actor, pulling the new weights in the same
+:class:`~clusters.a3c.global_policy.GlobalPolicy` actor, pulling the new weights in the same
 call; ``version`` is the global update count of the weights in use.
 
 A slot whose allocation the guardrail replaced is dropped from the experience
@@ -28,15 +28,17 @@ the learner decides greedily and keeps no experience (a federation member in
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import ray
 
-from clusters.a3c.training import A3COptions, GlobalPolicy, _load_vector, _with_hidden_of
+from clusters.a3c.global_policy import A3COptions, GlobalPolicy
+from clusters.a3c.weights import load_vector, with_hidden_of
 from clusters.ray.config import Learn, LiveConfig
-from clusters.ray.job import NAMESPACE
+from clusters.runtime import NAMESPACE
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
 from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
@@ -74,14 +76,30 @@ def ensure_global_policy(cfg: LiveConfig, scheduler: str) -> Any:
     except ValueError:
         pass
     init = _policy_path(scheduler)
-    exp = _with_hidden_of(cfg.experiment(), init)
-    out = cfg.resolve(cfg.live.log_dir) / "global-policy.pt"
+    exp = with_hidden_of(cfg.experiment(), init)
+    out = cfg.log_dir() / "global-policy.pt"
     out.parent.mkdir(parents=True, exist_ok=True)
     opts = A3COptions(agents=1, traces=1, val_every=None, checkpoint_every=10)
     gp = GlobalPolicy.options(name=learn.global_policy, namespace=NAMESPACE, lifetime="detached").remote(
         exp, str(init), learn.seed, str(out), opts, None, out.exists())
     ray.get(gp.stats.remote())
     return gp
+
+
+@dataclass(frozen=True)
+class LearnFromLiveSlots:
+    """``cluster up --learn``'s policy source (:class:`~clusters.ray.agent.PolicySource`): built inside the
+    agent actor, a :class:`LiveLearner` on the ``dl2:PATH`` checkpoint's networks that pushes to the named
+    GlobalPolicy actor (:func:`ensure_global_policy` starts it)."""
+
+    learn: Learn
+    scheduler: str
+
+    def build(self, exp: ExperimentConfig, incarnation: int) -> LiveLearner:
+        return LiveLearner.from_scheduler(exp, self.learn, self.scheduler, incarnation)
+
+    def describe(self) -> dict[str, Any] | None:
+        return None
 
 
 class GlobalPolicySink:
@@ -141,7 +159,7 @@ class LiveLearner:
 
     def take(self, updates: int, weights: np.ndarray) -> None:
         """Decide from now on with ``weights`` (the flat vector of global update ``updates``)."""
-        _load_vector(self.policy, self.value, weights)
+        load_vector(self.policy, self.value, weights)
         self.numpy = NumpyPolicy.from_torch(self.policy)
         self.version = updates
 

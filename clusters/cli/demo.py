@@ -21,11 +21,10 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from clusters.cli.live_bench import LIVE_CONFIG, ROOT
 from dl2ray.errors import UserError
 
-ROOT = Path(__file__).resolve().parent.parent
 DEMO_JOBS = ROOT / "examples" / "jobs" / "demo"
-LIVE_CONFIG = ROOT / "configs" / "live-local.yaml"
 
 
 def _bin(name: str) -> str:
@@ -42,27 +41,21 @@ def run_live(
     use_job_submit: bool = True,
 ) -> dict[str, Any]:
     """One live run: head, agent, the jobs (staggered by ``stagger_s``), until all end; the run's record."""
-    from clusters.cli.live import ray_env
-
-    ray_env()
-    from clusters.cli.live import connected, start_head, stop_head, teardown
-    from clusters.ray.agent import start_agent
+    from clusters.ray.agent import launch_agent, teardown
     from clusters.ray.config import load_live_config
+    from clusters.ray.head import start_head, stop_head
+    from clusters.runtime import connected
 
     cfg = load_live_config(LIVE_CONFIG)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = cfg.model_copy(
-        update={
-            "live": cfg.live.model_copy(update={"slot_seconds": slot_seconds, "log_dir": str(out.resolve())})
-        }
-    )
+    cfg = cfg.with_agent(slot_seconds=slot_seconds, log_dir=str(out.resolve()))
     spec = cfg.scheduler_spec(scheduler)
     head = start_head(cfg.live.ray.num_cpus, cfg.live.ray.dashboard_port, out / "ray.log")
     samples: list[dict[str, Any]] = []
     submitters: list[subprocess.Popen] = []
     try:
         with connected(head["address"]) as ray:
-            agent = start_agent(cfg, spec)
+            agent = launch_agent(cfg, spec, cfg.live.shadow)
             t0 = time.time()
             env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
             for k, job in enumerate(jobs):
@@ -101,7 +94,7 @@ def run_live(
             final = ray.get(agent.jobs.remote())
             status = ray.get(agent.status.remote())
             entry = _entrypoint_states(head["dashboard"], out, jobs) if use_job_submit else {}
-            teardown(cfg.live.agent_name)
+            teardown(cfg.live.agent_name, cfg.live.learn.global_policy)
     finally:
         for p in submitters:
             try:

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clusters.ray.head import start_head, stop_head
+from clusters.runtime import connected
 from dl2ray.errors import UserError
 from dl2ray.jobspec import load_jobspec
+
+if TYPE_CHECKING:
+    from clusters.ray.config import LiveConfig
 
 LIVE_CONFIG = Path("configs/live-local.yaml")
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="live cluster config")]
@@ -53,7 +55,7 @@ def register_live(plugins) -> None:
 # ---- wiring ------------------------------------------------------------------
 
 
-def _live_config(path: Path):
+def _live_config(path: Path) -> LiveConfig:
     from clusters.ray.config import load_live_config
 
     if not path.is_file():
@@ -78,38 +80,28 @@ def _address(address: str | None, config: Path) -> str | None:
     return json.loads(state.read_text())["address"]
 
 
-def ray_env() -> None:
-    """Environment a Ray driver here needs, set before Ray is first imported (it reads it at import):
-    the node on loopback, no usage stats."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-
-@contextmanager
-def connected(address: str | None):
-    """A Ray driver connected to the cluster for the duration of a command."""
-    ray_env()
-    import ray
-
-    if ray.is_initialized():
-        yield ray
-        return
-    try:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-    except (ConnectionError, RuntimeError) as exc:
-        raise UserError(
-            f"cannot connect to Ray at {address or os.environ.get('RAY_ADDRESS')}: {exc}"
-        ) from None
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 def _agent(name: str = "dl2ray-agent"):
     from clusters.ray.agent import find_agent
 
     return find_agent(name)
+
+
+def start_agent(cfg: LiveConfig, scheduler: str | None = None, shadow: bool | None = None,
+                learn: bool | None = None, epoch: float | None = None) -> Any:
+    """The live agent with the config's (or the given) scheduler, shadow mode and online learning
+    (``--learn``: the live A3C learner and its GlobalPolicy actor, started if none runs); the running
+    agent if there is one. Needs a connected Ray driver."""
+    from clusters.ray.agent import launch_agent
+
+    live = cfg.live
+    spec = cfg.scheduler_spec(scheduler)
+    shadow = live.shadow if shadow is None else shadow
+    if not (live.learn.enabled if learn is None else learn):
+        return launch_agent(cfg, spec, shadow, epoch=epoch)
+    from clusters.a3c.live import LearnFromLiveSlots, ensure_global_policy
+
+    ensure_global_policy(cfg, spec)
+    return launch_agent(cfg, spec, shadow, LearnFromLiveSlots(live.learn, spec), epoch)
 
 
 # ---- submit ---------------------------------------------------------------------
@@ -275,81 +267,6 @@ def _table(rows: list[dict[str, Any]], title: str) -> None:
 # ---- cluster ------------------------------------------------------------------------
 
 
-def _free_port(preferred: int) -> int:
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise UserError("no free port")
-
-
-def start_head(num_cpus: int | None, dashboard_port: int, log: Path) -> dict[str, Any]:
-    """``ray start --head --block`` in a session of its own (stopped by pid in :func:`stop_head`)."""
-    port, dash = _free_port(0), _free_port(dashboard_port)
-    env = {
-        **os.environ,
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    cmd = [
-        ray_bin,
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dashboard-host",
-        "127.0.0.1",
-        "--dashboard-port",
-        str(dash),
-        "--include-dashboard",
-        "true",
-        "--num-cpus",
-        str(num_cpus or os.cpu_count() or 1),
-        "--disable-usage-stats",
-    ]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise UserError(f"ray start failed (exit {proc.returncode}); see {log}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", dash)) == 0:
-                return {"address": address, "dashboard": f"http://127.0.0.1:{dash}", "pid": proc.pid}
-        time.sleep(0.5)
-    stop_head(proc.pid)
-    raise UserError(f"the Ray head did not come up within 90 s; see {log}")
-
-
-def stop_head(pid: int, grace_s: float = 20.0) -> None:
-    """End the ``ray start --block`` process we started and its process group (by id, never ``ray stop``)."""
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                break
-        except ChildProcessError:  # not our child (started by an earlier command): poll for it
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-        time.sleep(0.2)
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 @cluster_app.command("up")
 def cluster_up(
     config: ConfigOpt = LIVE_CONFIG,
@@ -375,7 +292,7 @@ def cluster_up(
         return
     cfg = _live_config(config)
     if slot_seconds is not None:
-        cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"slot_seconds": slot_seconds})})
+        cfg = cfg.with_agent(slot_seconds=slot_seconds)
     from dl2ray.schedulers.base import make_scheduler
 
     spec = cfg.scheduler_spec(scheduler)
@@ -392,8 +309,6 @@ def cluster_up(
     state.update(address=address, config=str(config.resolve()), scheduler=spec)
     try:
         with connected(address):
-            from clusters.ray.agent import start_agent
-
             start_agent(cfg, spec, shadow, learn)
     except BaseException:
         if "pid" in state:
@@ -449,32 +364,14 @@ def cluster_down(config: ConfigOpt = LIVE_CONFIG, address: AddressOpt = None) ->
     address = address or state.get("address")
     if address is None:
         raise UserError("no cluster to stop: no --address and no cluster.json")
+    from clusters.ray.agent import teardown
+
     with suppress(UserError), connected(address):
-        teardown(cfg.live.agent_name)
+        teardown(cfg.live.agent_name, cfg.live.learn.global_policy)
     if "pid" in state:
         stop_head(state["pid"])
     state_file.unlink(missing_ok=True)
     print("cluster down")
-
-
-def teardown(agent_name: str = "dl2ray-agent") -> None:
-    """Stop the agent, cancel and end every job host, end the GlobalPolicy (connected driver needed)."""
-    import ray
-
-    from clusters.ray.backend import list_hosts
-    from clusters.ray.job import NAMESPACE
-
-    with suppress(ValueError):
-        agent = ray.get_actor(agent_name, namespace=NAMESPACE)
-        with suppress(ray.exceptions.RayError):
-            ray.get(agent.stop.remote(), timeout=60)
-        ray.kill(agent, no_restart=True)
-    for host in list_hosts().values():
-        with suppress(ray.exceptions.RayError):
-            ray.get(host.cancel.remote(), timeout=60)
-        ray.kill(host)
-    with suppress(ValueError):
-        ray.kill(ray.get_actor("dl2ray-global-policy", namespace=NAMESPACE), no_restart=True)
 
 
 @cluster_app.command("report")

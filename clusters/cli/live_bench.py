@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from clusters.runtime import ray_env
 from dl2ray.jobspec import parse_jobspec
+
+ROOT = Path(__file__).resolve().parents[2]
+LIVE_CONFIG = ROOT / "configs" / "live-local.yaml"
 
 
 def bench_spec(k: int) -> dict[str, Any]:
@@ -36,29 +41,19 @@ def bench_spec(k: int) -> dict[str, Any]:
 
 
 def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: float) -> dict[str, Any]:
-    from clusters.cli.live import ray_env
-
     ray_env()
     import ray
 
-    from clusters.cli.demo import LIVE_CONFIG
-    from clusters.cli.live import teardown
-    from clusters.ray.agent import start_agent
+    from clusters.ray.agent import launch_agent, teardown
     from clusters.ray.config import load_live_config
 
     rows = []
     for n in counts:
         cfg = load_live_config(LIVE_CONFIG)
-        cfg = cfg.model_copy(
-            update={
-                "live": cfg.live.model_copy(
-                    update={"slot_seconds": slot_seconds, "log_dir": f"/tmp/dl2ray-bench-live-{os.getpid()}"}
-                )
-            }
-        )
+        cfg = cfg.with_agent(slot_seconds=slot_seconds, log_dir=f"/tmp/dl2ray-bench-live-{os.getpid()}")
         ray.init(address="local", num_cpus=max(2 * n, 2), include_dashboard=False, log_to_driver=False)
         try:
-            agent = start_agent(cfg, cfg.scheduler_spec(scheduler))
+            agent = launch_agent(cfg, cfg.scheduler_spec(scheduler), cfg.live.shadow)
             for k in range(n):
                 res = ray.get(agent.submit.remote(parse_jobspec(bench_spec(k)).model_dump(mode="json")))
                 assert res["ok"], res
@@ -73,7 +68,7 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
                 time.sleep(slot_seconds / 2)
             timings = ray.get(agent.loop_timings.remote())[start : start + slots]
             load = os.getloadavg()[0]
-            teardown(cfg.live.agent_name)
+            teardown(cfg.live.agent_name, cfg.live.learn.global_policy)
         finally:
             ray.shutdown()
         row: dict[str, Any] = {"jobs": n, "slots": len(timings), "load_avg": round(load, 2)}

@@ -34,7 +34,7 @@ from dl2ray.config import load_config
 
 
 def _members(cfg, n: int, seed: int):
-    from clusters.federation.learner import MemberSpec
+    from clusters.federation.members import MemberSpec
     from dl2ray.learn import seeds
 
     return [MemberSpec(f"m{i}", i, "learn", seeds.training(4, 4 * i), seeds.validation(1), 10**9, 1.0, seed)
@@ -42,8 +42,9 @@ def _members(cfg, n: int, seed: int):
 
 
 def _learner(ray, cfg, name: str, n: int, out: Path, seed: int):
-    from clusters.a3c.training import A3COptions
-    from clusters.federation.learner import NAMESPACE, FederatedPolicy
+    from clusters.a3c.global_policy import A3COptions
+    from clusters.federation.learner import FederatedPolicy
+    from clusters.runtime import NAMESPACE
 
     members = [{"name": f"m{i}", "mode": "learn", "weight": 1.0, "staleness": 1000} for i in range(n)]
     opts = A3COptions(agents=max(n, 1), traces=max(n, 1), val_every=None, checkpoint_every=20)
@@ -68,7 +69,9 @@ def _wait_pushing(ray, gp, names: list[str], timeout_s: float = 600.0) -> float:
 
 
 def throughput(ray, cfg, n: int, seconds: float, warmup: float, out: Path, seed: int) -> dict[str, Any]:
-    from clusters.federation.learner import NAMESPACE, ActorLink, MemberAgent
+    from clusters.federation.links import ActorLink
+    from clusters.federation.members import MemberAgent
+    from clusters.runtime import NAMESPACE
 
     name = f"fed-bench-{n}"
     gp = _learner(ray, cfg, name, n, out, seed)
@@ -90,7 +93,9 @@ def throughput(ray, cfg, n: int, seconds: float, warmup: float, out: Path, seed:
 
 def http_and_rejoin(ray, cfg, out: Path, seed: int, http_pushes: int) -> dict[str, Any]:
     from clusters.federation.http import HttpLink, gateway_actor
-    from clusters.federation.learner import NAMESPACE, ActorLink, MemberAgent, MemberAgentImpl
+    from clusters.federation.links import ActorLink
+    from clusters.federation.members import MemberAgent, MemberAgentImpl
+    from clusters.runtime import NAMESPACE
 
     name = "fed-bench-http"
     gp = _learner(ray, cfg, name, 3, out, seed)
@@ -148,7 +153,8 @@ def learner_ceiling(ray, cfg, out: Path, seed: int, pushes: int) -> dict[str, An
     """Seconds per update of a learner fed ready gradients back to back, in process and as an actor."""
     import numpy as np
 
-    from clusters.a3c.training import A3COptions, _params_vector
+    from clusters.a3c.global_policy import A3COptions
+    from clusters.a3c.weights import params_vector
     from clusters.federation.learner import FederatedPolicyImpl
     from dl2ray.learn.rl import UpdateRow
 
@@ -156,7 +162,7 @@ def learner_ceiling(ray, cfg, out: Path, seed: int, pushes: int) -> dict[str, An
     members = [{"name": "m0", "mode": "learn", "weight": 1.0, "staleness": 10**9}]
     opts = A3COptions(agents=1, traces=1, val_every=None, checkpoint_every=20)
     local = FederatedPolicyImpl(cfg, None, seed, str(out / "ceiling-local.pt"), opts, members)
-    size = _params_vector(local.policy, local.value).size
+    size = params_vector(local.policy, local.value).size
     grad = np.random.default_rng(seed).normal(0.0, 1e-3, size).astype(np.float32)
 
     def timed(push) -> float:
@@ -185,7 +191,7 @@ def learner_ceiling(ray, cfg, out: Path, seed: int, pushes: int) -> dict[str, An
 
 def run_bench(config: Path, counts: list[int], seconds: float, warmup: float = 5.0, seed: int = 0,
               http_pushes: int = 20, learner_pushes: int = 100, learner_only: bool = False) -> dict[str, Any]:
-    from clusters.cli.plugin import start_ray
+    from clusters.runtime import start_ray
 
     cfg = load_config(config)
     started = start_ray(2)

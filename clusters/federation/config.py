@@ -57,26 +57,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from clusters.agent.settings import FrozenModel
+from clusters.k8s.config import K8sConfig, load_k8s_config
+from clusters.ray.config import LiveConfig, load_live_config
 from dl2ray.config import ConfigError, ExperimentConfig, format_validation_error, load_config, read_yaml
 
 LEARNER_RAY = "learner"
 """A ``ray`` member's ``backend.address`` naming the learner's own Ray cluster."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RayPlace(_Frozen):
+class RayPlace(FrozenModel):
     """Where the learner's Ray runs."""
 
     address: str | None = Field(default=None, description="host:port of a running head; null: up starts one")
     num_cpus: int = Field(default=2, ge=1, description="CPUs of the head up starts")
 
 
-class HttpSettings(_Frozen):
+class HttpSettings(FrozenModel):
     """The learner's HTTP endpoint for members in other Ray clusters (:mod:`clusters.federation.http`)."""
 
     enabled: bool = True
@@ -86,7 +85,7 @@ class HttpSettings(_Frozen):
                             description="file holding the shared token (created by up when missing)")
 
 
-class Learning(_Frozen):
+class Learning(FrozenModel):
     """How the learner and the learning members work (A3C settings, as ``train rl --agents``)."""
 
     steps_per_update: int | None = Field(default=None, ge=1,
@@ -98,7 +97,7 @@ class Learning(_Frozen):
     threads: int = Field(default=1, ge=1, description="torch threads per actor")
 
 
-class Learner(_Frozen):
+class Learner(FrozenModel):
     config: str = Field(description="experiment YAML whose policy group every member uses")
     init: str | None = Field(default=None, description="checkpoint to start from; null: random from seed")
     seed: int = Field(default=0, ge=0)
@@ -109,14 +108,14 @@ class Learner(_Frozen):
     learning: Learning = Learning()
 
 
-class SimBackendSpec(_Frozen):
+class SimBackendSpec(FrozenModel):
     kind: Literal["sim"]
     config: str = Field(description="experiment YAML of the simulated cluster")
     overrides: dict[str, Any] = Field(default_factory=dict,
                                       description="config groups merged over it (cluster, workload, ...)")
 
 
-class RayBackendSpec(_Frozen):
+class RayBackendSpec(FrozenModel):
     """A live Ray cluster (:mod:`clusters.ray.agent`): the member is that cluster's agent."""
 
     kind: Literal["ray"]
@@ -133,7 +132,7 @@ class RayBackendSpec(_Frozen):
         return v
 
 
-class K8sBackendSpec(_Frozen):
+class K8sBackendSpec(FrozenModel):
     """A Kubernetes cluster (:mod:`clusters.agent.loop`) reached through a kubeconfig context."""
 
     kind: Literal["k8s"]
@@ -142,7 +141,7 @@ class K8sBackendSpec(_Frozen):
                                     "length, guardrail, kubeconfig; its scheduler is the member's now")
 
 
-class Member(_Frozen):
+class Member(FrozenModel):
     name: str = Field(min_length=1, max_length=40, pattern=r"^[a-z0-9][a-z0-9-]*$",
                       description="lower-case letters, digits, '-'")
     backend: SimBackendSpec | RayBackendSpec | K8sBackendSpec = Field(discriminator="kind")
@@ -160,7 +159,7 @@ class Member(_Frozen):
                                          description="its decision steps per gradient; null: the learner's")
 
 
-class FederationFile(_Frozen):
+class FederationFile(FrozenModel):
     name: str = Field(min_length=1, max_length=40, pattern=r"^[a-z0-9][a-z0-9-]*$")
     learner: Learner
     members: tuple[Member, ...] = Field(min_length=1)
@@ -258,17 +257,14 @@ def member_config(fed: FederationFile, index: int) -> ExperimentConfig:
     return cfg
 
 
-def live_member_config(fed: FederationFile, index: int) -> tuple[Any, ExperimentConfig]:
+def live_member_config(fed: FederationFile, index: int) -> tuple[LiveConfig | K8sConfig, ExperimentConfig]:
     """A ``ray`` or ``k8s`` member's cluster config (:class:`~clusters.ray.config.LiveConfig` or
     :class:`~clusters.k8s.config.K8sConfig`) and the experiment its policy decides for: the cluster
     config's experiment with the learner's ``policy`` group (and the member's name)."""
-    from clusters.k8s.config import load_k8s_config
-    from clusters.ray.config import load_live_config
-
     m = fed.members[index]
     where = f"members.{index}.backend"
     path = fed.resolve(m.backend.config)
-    cluster: Any
+    cluster: LiveConfig | K8sConfig
     if isinstance(m.backend, RayBackendSpec):
         cluster = load_live_config(path)
     elif isinstance(m.backend, K8sBackendSpec):

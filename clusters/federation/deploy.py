@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from clusters import runtime
 from clusters.federation.config import (
     LEARNER_RAY,
     FederationFile,
@@ -47,6 +48,9 @@ from clusters.federation.config import (
     load_federation,
     member_config,
 )
+from clusters.k8s.config import K8sConfig
+from clusters.ray.config import LiveConfig
+from clusters.runtime import NAMESPACE, ray_env
 from dl2ray.errors import UserError
 
 
@@ -99,26 +103,10 @@ def learner_address(fed: FederationFile) -> str | None:
     return state.get("address") if _alive(state.get("head_pid")) else None
 
 
-def _ray_env() -> None:
-    """Before Ray is first imported (it reads these at import): the node on loopback, no usage stats."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-
 def connect(address: str) -> Any:
-    """A driver on the Ray cluster at ``address`` (this process's own when it is already connected)."""
-    _ray_env()
-    import ray
-
-    from clusters.federation.learner import NAMESPACE
-
-    if ray.is_initialized():
-        return ray
-    try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
-    except (ConnectionError, RuntimeError) as exc:
-        raise UserError(f"cannot connect to Ray at {address}: {exc}") from None
-    return ray
+    """A driver on the Ray cluster at ``address`` in namespace ``dl2ray`` (this process's own when it is
+    already connected)."""
+    return runtime.connect(address, NAMESPACE)
 
 
 def names(fed: FederationFile) -> dict[str, str]:
@@ -126,8 +114,11 @@ def names(fed: FederationFile) -> dict[str, str]:
     p = fed.actor_prefix
     out = {"learner": f"{p}-learner", "gateway": f"{p}-gateway"}
     for i, m in enumerate(fed.members):
-        out[f"member:{m.name}"] = (live_member_config(fed, i)[0].live.agent_name
-                                   if isinstance(m.backend, RayBackendSpec) else f"{p}-member-{m.name}")
+        out[f"member:{m.name}"] = f"{p}-member-{m.name}"
+        if isinstance(m.backend, RayBackendSpec):
+            cluster = live_member_config(fed, i)[0]
+            assert isinstance(cluster, LiveConfig)
+            out[f"member:{m.name}"] = cluster.live.agent_name
     return out
 
 
@@ -156,11 +147,14 @@ def preflight(fed: FederationFile) -> None:
 
 def check_context(fed: FederationFile, index: int) -> None:
     """Member ``index``'s kubeconfig exists and holds its ``backend.context``; UserError naming the field."""
-    from clusters.k8s.backend import kube_contexts
+    from clusters.k8s.api import kube_contexts
 
     m = fed.members[index]
     assert isinstance(m.backend, K8sBackendSpec)
-    path = live_member_config(fed, index)[0].kubeconfig_path()
+    cluster = live_member_config(fed, index)[0]
+    assert isinstance(cluster, K8sConfig)
+    path = cluster.kubeconfig_path()
+    assert path is not None  # live_member_config refuses an in-cluster (null) kubeconfig
     if not path.is_file():
         raise UserError(f"members.{index}.backend.config: kubernetes.kubeconfig: {path}: no such file")
     contexts = kube_contexts(str(path))
@@ -173,13 +167,13 @@ def ensure_learner(fed: FederationFile) -> tuple[Any, Any | None, str | None]:
     """Learner and (if enabled) gateway actors of the connected Ray; ``(learner, gateway, url)``."""
     import ray
 
-    from clusters.a3c.training import _with_hidden_of
+    from clusters.a3c.weights import with_hidden_of
     from clusters.federation.http import gateway_actor
-    from clusters.federation.learner import NAMESPACE, FederatedPolicy, a3c_options
+    from clusters.federation.learner import FederatedPolicy, a3c_options
 
     n = names(fed)
     init = fed.resolve(fed.learner.init) if fed.learner.init else None
-    cfg = _with_hidden_of(learner_config(fed), init)
+    cfg = with_hidden_of(learner_config(fed), init)
     fed.out.mkdir(parents=True, exist_ok=True)
     members = [{"name": m.name, "mode": m.mode, "weight": m.weight, "staleness": m.staleness}
                for m in fed.members]
@@ -208,12 +202,12 @@ def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
     Kubernetes agent actor. Raises UserError naming the member when its agent cannot start."""
     import ray
 
-    from clusters.a3c.training import _with_hidden_of
-    from clusters.federation.learner import NAMESPACE, MemberAgent, member_specs
+    from clusters.a3c.weights import with_hidden_of
+    from clusters.federation.members import MemberAgent, member_specs
 
     m = fed.members[index]
     if not isinstance(m.backend, SimBackendSpec):
-        from clusters.federation import live as fed_live
+        from clusters.federation import live as fed_live  # live members need torch and the backends
 
         if isinstance(m.backend, RayBackendSpec):
             return fed_live.start_ray_member(fed, index, link)
@@ -227,7 +221,7 @@ def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
                             f"{cause}") from None
         return agent
     init = fed.resolve(fed.learner.init) if fed.learner.init else None
-    cfg = _with_hidden_of(member_config(fed, index), init)
+    cfg = with_hidden_of(member_config(fed, index), init)
     spec = member_specs(fed, fed.learner.seed)[index]
     name = names(fed)[f"member:{spec.name}"]
     return MemberAgent.options(name=name, namespace=NAMESPACE, lifetime="detached",
@@ -256,9 +250,9 @@ def _by_cluster(fed: FederationFile) -> dict[str, list[str]]:
 
 def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
     """Start what is missing; return once every member has contacted the learner since this call."""
-    _ray_env()
-    from clusters.cli.live import start_head
-    from clusters.federation.learner import ActorLink
+    ray_env()
+    from clusters.federation.links import ActorLink
+    from clusters.ray.head import start_head
 
     fed = load_federation(path)
     preflight(fed)
@@ -294,14 +288,13 @@ def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
 
 def status(path: Path) -> dict[str, Any]:
     """The learner's view of every member (the ``status --json`` document)."""
-    _ray_env()
+    ray_env()
     fed = load_federation(path)
     address = learner_address(fed)
     if address is None:
         raise UserError(f"{path}: federation {fed.name!r} is not running (no Ray head recorded in "
                         f"{fed.state_file}); start it with `dl2ray federation up {path}`")
     ray = connect(address)
-    from clusters.federation.learner import NAMESPACE
 
     try:
         learner = ray.get_actor(names(fed)["learner"], namespace=NAMESPACE)
@@ -321,16 +314,15 @@ def status(path: Path) -> dict[str, Any]:
 
 def down(path: Path) -> dict[str, Any]:
     """Stop members, write the final checkpoint, stop the learner and endpoint (and the head up started)."""
-    _ray_env()
-    from clusters.cli.live import stop_head
-    from clusters.federation.learner import NAMESPACE
+    ray_env()
+    from clusters.ray.head import stop_head
 
     fed = load_federation(path)
     state = read_state(fed)
     address = learner_address(fed)
     if address is None:
         raise UserError(f"{path}: federation {fed.name!r} is not running")
-    _ray_env()
+    ray_env()
     import ray as ray_module
 
     owned = not ray_module.is_initialized()  # a caller's own driver (tests) stays connected
@@ -363,7 +355,7 @@ def down(path: Path) -> dict[str, Any]:
 
 def _member_main(action: str, path: str, members: str, url: str) -> None:
     """Child process: start or stop members (comma-separated names) in their own Ray cluster, one driver."""
-    _ray_env()
+    ray_env()
     from clusters.federation.http import HttpLink
 
     fed = load_federation(path)
@@ -386,7 +378,6 @@ def stop_member(fed: FederationFile, member: str) -> None:
     member's live agent is left alone when it is not this federation's (the cluster's own agent)."""
     import ray
 
-    from clusters.federation.learner import NAMESPACE
 
     try:
         agent = ray.get_actor(names(fed)[f"member:{member}"], namespace=NAMESPACE)

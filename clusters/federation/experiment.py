@@ -32,15 +32,18 @@ from dl2ray.errors import UserError
 
 
 def _train(ray, fed, indices: list[int], updates: int, tag: str, out: Path) -> dict[str, Any]:
-    from clusters.a3c.training import _load_vector, _with_hidden_of
+    from clusters.a3c.weights import load_vector, with_hidden_of
     from clusters.federation.config import learner_config, member_config
-    from clusters.federation.learner import NAMESPACE, ActorLink, FederatedPolicy, MemberAgent, member_specs
+    from clusters.federation.learner import FederatedPolicy
     from clusters.federation.learner import a3c_options as options
+    from clusters.federation.links import ActorLink
+    from clusters.federation.members import MemberAgent, member_specs
+    from clusters.runtime import NAMESPACE
     from dl2ray.policy.encoding import Encoding
     from dl2ray.policy.network import build_networks
 
     init = str(fed.resolve(fed.learner.init)) if fed.learner.init else None
-    base = _with_hidden_of(learner_config(fed), Path(init) if init else None)
+    base = with_hidden_of(learner_config(fed), Path(init) if init else None)
     name = f"fed-exp-{tag}"
     members = [{"name": fed.members[i].name, "mode": "learn", "weight": fed.members[i].weight,
                 "staleness": fed.members[i].staleness} for i in indices]
@@ -51,7 +54,7 @@ def _train(ray, fed, indices: list[int], updates: int, tag: str, out: Path) -> d
     t0 = time.perf_counter()
     try:
         for i in indices:
-            cfg = _with_hidden_of(member_config(fed, i), Path(init) if init else None)
+            cfg = with_hidden_of(member_config(fed, i), Path(init) if init else None)
             spec = dataclasses.replace(specs[i], val_every=10**9)
             agents.append(MemberAgent.options(namespace=NAMESPACE).remote(cfg, spec, ActorLink(name)))
         while ray.get(gp.version.remote())["updates"] < updates:
@@ -66,7 +69,7 @@ def _train(ray, fed, indices: list[int], updates: int, tag: str, out: Path) -> d
             ray.kill(a, no_restart=True)
         ray.kill(gp, no_restart=True)
     policy, value = build_networks(Encoding.from_config(base), base.policy.hidden, 0)
-    _load_vector(policy, value, weights)
+    load_vector(policy, value, weights)
     return {"updates": n, "seconds": round(time.perf_counter() - t0, 1), "policy": policy,
             "per_member": {m["name"]: m["updates"] for m in st["members"]},
             "dropped": {m["name"]: m["dropped"] for m in st["members"]}}
@@ -96,9 +99,9 @@ def _jct_heuristic(cfg, name: str, seeds: list[int]) -> list[float]:
 
 def run_experiment(path: Path, updates: int, test_traces: int, members: list[str] | None = None,
                    progress=print) -> dict[str, Any]:
-    from clusters.a3c.training import _with_hidden_of
-    from clusters.cli.plugin import start_ray
+    from clusters.a3c.weights import with_hidden_of
     from clusters.federation.config import load_federation, member_config
+    from clusters.runtime import start_ray
     from dl2ray.learn import seeds
     from dl2ray.policy.network import load_checkpoint
 
@@ -130,7 +133,7 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
     rows = []
     for i in idx:
         name = fed.members[i].name
-        cfg = _with_hidden_of(member_config(fed, i), init)
+        cfg = with_hidden_of(member_config(fed, i), init)
         progress(f"test traces of {name}")
         row: dict[str, Any] = {"member": name, "nodes": cfg.cluster.num_nodes,
                                "federated_updates_from_it": runs["federated"]["per_member"][name]}

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request  # at module level: the route's annotation must resolve (postponed annotations)
 
+from clusters.runtime import actor_class
 from dl2ray.learn.rl import UpdateRow
 
 FRAME_HEAD = struct.Struct("<I")
@@ -73,7 +74,7 @@ class LearnerCalls:
         import ray
 
         if isinstance(self.target, str):
-            from clusters.federation.learner import NAMESPACE
+            from clusters.runtime import NAMESPACE
 
             actor = ray.get_actor(self.target, namespace=NAMESPACE)
             return ray.get(getattr(actor, method).remote(*args), timeout=self.timeout_s)
@@ -204,10 +205,9 @@ class FedGatewayImpl:
         self.thread.join(timeout=10)
 
 
-def gateway_actor():
-    import ray
-
-    return ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(FedGatewayImpl)
+def gateway_actor() -> Any:
+    """The endpoint's Ray actor class (made on first use: this module imports no Ray)."""
+    return actor_class(FedGatewayImpl, num_cpus=0, max_restarts=-1, max_task_retries=-1)
 
 
 class HttpLink:
@@ -228,7 +228,7 @@ class HttpLink:
     def _post(self, path: str, data: bytes | None = None, doc: dict | None = None):
         import requests
 
-        from clusters.federation.learner import LinkDown
+        from clusters.federation.links import LinkDown
 
         try:
             resp = self.session.post(self.url + path, data=data, json=doc, timeout=self.timeout_s)
@@ -265,7 +265,7 @@ class HttpLink:
     def version(self) -> dict[str, int]:
         import requests
 
-        from clusters.federation.learner import LinkDown
+        from clusters.federation.links import LinkDown
 
         try:
             resp = self.session.get(self.url + "/v1/fed/version", timeout=self.timeout_s)

@@ -3,7 +3,7 @@
 A ``ray`` member is the live agent of its Ray cluster (:class:`~clusters.ray.agent.LiveAgentImpl`,
 named by its live config's ``agent_name``, so ``dl2ray submit`` reaches it as
 usual); a ``k8s`` member is the Kubernetes agent loop
-(:class:`~clusters.agent.loop.K8sAgent` over :class:`~clusters.k8s.backend.KubernetesBackend`)
+(:class:`~clusters.agent.loop.Agent` over :class:`~clusters.k8s.backend.KubernetesBackend`)
 in a :data:`K8sMember` actor. Both schedule with a :class:`FederatedLivePolicy`
 behind the guardrail of their cluster config:
 
@@ -20,7 +20,7 @@ behind the guardrail of their cluster config:
   ``dl2ray cluster report --log-dir``); weights pulled every ``pull_interval_s``;
 - ``serve-only``: greedy decisions, applied; weights pulled, nothing pushed.
 
-The learner is reached through a :class:`~clusters.federation.learner.Link` (an
+The learner is reached through a :class:`~clusters.federation.links.Link` (an
 actor link in the learner's Ray, HTTP with the shared token elsewhere). A member
 that cannot reach it keeps deciding with the weights it has (counted in
 ``errors``; the next contact rejoins and takes fresh weights); one that never
@@ -48,7 +48,12 @@ import ray
 import torch
 
 from clusters.a3c.live import LiveLearner
-from clusters.federation.learner import LinkDown, MemberCounters, MemberSpec
+from clusters.agent.loop import Agent
+from clusters.federation.links import LinkDown
+from clusters.federation.members import MemberCounters, MemberSpec
+from clusters.k8s.config import K8sConfig
+from clusters.ray.agent import launch_agent
+from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn.rl import UpdateRow
 from dl2ray.policy.encoding import Encoding
@@ -69,6 +74,23 @@ class LiveMember:
     cfg: ExperimentConfig
     spec: MemberSpec
     link: Any
+
+    @property
+    def label(self) -> str:
+        """How the agent names its scheduler: ``federation:FEDERATION/MEMBER``."""
+        return f"federation:{self.federation}/{self.spec.name}"
+
+    @property
+    def shadow(self) -> bool:
+        return self.spec.mode == "shadow"
+
+    def build(self, exp: ExperimentConfig, incarnation: int) -> FederatedLivePolicy:
+        """The policy source of the member's agent (:class:`~clusters.ray.agent.PolicySource`): the
+        federation's policy for the member's experiment (``exp``, the cluster config's, is not used)."""
+        return FederatedLivePolicy(self.cfg, self.spec, self.link, incarnation)
+
+    def describe(self) -> dict[str, Any]:
+        return {"federation": self.federation, "member": self.spec.name}
 
 
 class MemberSink:
@@ -207,20 +229,16 @@ class K8sMemberImpl:
     """
 
     def __init__(self, k8s_json: str, member: LiveMember, start: bool = True) -> None:
-        from clusters.a3c.training import _incarnation
-        from clusters.agent.loop import K8sAgent
-        from clusters.cli.k8s import connect
-        from clusters.k8s.config import K8sConfig
+        # The API client is imported here, in the k8s member's process: a ray member's agent never needs it.
+        from clusters.k8s.backend import connect
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         self.cfg = K8sConfig.model_validate_json(k8s_json)
         self.member = member
         self.backend = connect(self.cfg)
-        self.policy = FederatedLivePolicy(member.cfg, member.spec, member.link, _incarnation())
+        self.policy = member.build(member.cfg, incarnation())
         try:
-            label = f"federation:{member.federation}/{member.spec.name}"
-            self.agent = K8sAgent(self.cfg, self.backend, label, policy=self.policy,
-                                  shadow=member.spec.mode == "shadow")
+            self.agent = Agent(self.cfg, self.backend, member.label, self.policy, member.shadow)
         except BaseException:
             self.backend.close()
             raise
@@ -239,7 +257,7 @@ class K8sMemberImpl:
                 "running": bool(self._thread and self._thread.is_alive()), "slots_done": a.slots_done,
                 "adopted": a.adopted, "errors": dict(a.errors),
                 "guardrail_fallbacks": dict(a.scheduler.fallbacks), "policy": self.policy.stats(),
-                "log_dir": str(self.cfg.resolve(self.cfg.kubernetes.log_dir))}
+                "log_dir": str(self.cfg.log_dir())}
 
     def step(self) -> dict[str, Any]:
         """One slot now (tests; the loop does this every slot)."""
@@ -250,14 +268,13 @@ class K8sMemberImpl:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=120)
-        else:
-            self.agent.scheduler.close()
+        self.agent.close()
         st = self.status()
         self.backend.close()
         return st
 
 
-K8sMember = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(K8sMemberImpl)
+K8sMember = actor_class(K8sMemberImpl, num_cpus=0, max_restarts=-1, max_task_retries=-1)
 """A ``k8s`` member's actor: named ``fed-NAME-member-MEMBER`` in ``dl2ray``, detached (as a simulated
 member's); a restart reconnects, and the first snapshot adopts the running jobs."""
 
@@ -267,21 +284,19 @@ member's); a restart reconnects, and the first snapshot adopts the running jobs.
 
 def live_member(fed: Any, index: int, link: Any) -> tuple[Any, LiveMember]:
     """Member ``index``'s cluster config and :class:`LiveMember` (experiment with the init's hidden sizes)."""
-    from clusters.a3c.training import _with_hidden_of
+    from clusters.a3c.weights import with_hidden_of
     from clusters.federation.config import live_member_config
-    from clusters.federation.learner import member_specs
+    from clusters.federation.members import member_specs
 
     cluster, cfg = live_member_config(fed, index)
     init = fed.resolve(fed.learner.init) if fed.learner.init else None
     spec = member_specs(fed, fed.learner.seed)[index]
-    return cluster, LiveMember(fed.name, _with_hidden_of(cfg, init), spec, link)
+    return cluster, LiveMember(fed.name, with_hidden_of(cfg, init), spec, link)
 
 
 def start_ray_member(fed: Any, index: int, link: Any) -> Any:
     """The live agent of member ``index``'s Ray cluster (this driver's), as a member of ``fed``; the running
     one when it is already this member (``up`` is idempotent), UserError when another agent holds the name."""
-    from clusters.ray.agent import start_agent
-    from clusters.ray.job import NAMESPACE
     from dl2ray.errors import UserError
 
     cluster, member = live_member(fed, index, link)
@@ -297,13 +312,11 @@ def start_ray_member(fed: Any, index: int, link: Any) -> Any:
                             f"{name!r} with scheduler {st.get('scheduler')!r}, not this federation's member; "
                             "stop it first (`dl2ray cluster down`)")
         return running
-    return start_agent(cluster, member=member)
+    return launch_agent(cluster, member.label, member.shadow, member)
 
 
 def start_k8s_member(fed: Any, index: int, link: Any, actor_name: str) -> Any:
     """Member ``index``'s Kubernetes agent actor (created unless it runs) in this driver's Ray cluster."""
-    from clusters.federation.learner import NAMESPACE
-
     cluster, member = live_member(fed, index, link)
     k = cluster.kubernetes.model_copy(update={"context": fed.members[index].backend.context})
     cluster = cluster.model_copy(update={"kubernetes": k})

@@ -32,6 +32,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -140,7 +141,7 @@ def from_philly(csv: Path, vcs: int, out: Path, base: Path, learner_config: Path
     def rel(p: Path) -> str:
         return os.path.relpath(p.resolve(), folder)
 
-    members = []
+    members: list[dict[str, Any]] = []
     for vc, jobs in ranked[:vcs]:
         st = summarise(vc, jobs)
         members.append({

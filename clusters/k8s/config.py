@@ -14,26 +14,23 @@
       guardrail: {fallback: drf, time_budget_s: 5}
       log_dir: ../runs/k8s
 
-Paths are relative to the config file's folder unless absolute. A file is a
-Kubernetes config if its top-level key is ``kubernetes`` (:func:`is_k8s_config`);
-``dl2ray cluster up`` dispatches on that.
+The fields every agent has are :class:`~clusters.agent.settings.AgentSettings`;
+the groups below are Kubernetes'. Paths are relative to the config file's
+folder unless absolute. A file is a Kubernetes config if its top-level key is
+``kubernetes`` (:func:`is_k8s_config`); ``dl2ray cluster up`` dispatches on that.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from clusters.ray.config import Guardrail
-from dl2ray.config import ConfigError, ExperimentConfig, format_validation_error, load_config, read_yaml
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from clusters.agent.settings import AgentConfig, AgentSettings, FrozenModel, is_config_of, load_agent_config
 
 
-class ApiSettings(_Frozen):
+class ApiSettings(FrozenModel):
     """Calls to the Kubernetes API server: per-call timeout and retries with capped exponential backoff."""
 
     timeout_s: float = Field(default=5.0, gt=0, description="seconds one API call may take")
@@ -42,7 +39,7 @@ class ApiSettings(_Frozen):
     backoff_max_s: float = Field(default=5.0, ge=0, description="longest wait between tries")
 
 
-class PodSettings(_Frozen):
+class PodSettings(FrozenModel):
     """How the job's pods run."""
 
     ready_timeout_s: float = Field(default=120.0, gt=0, description="new pods must be Ready within")
@@ -55,10 +52,7 @@ class PodSettings(_Frozen):
     register_timeout_s: float = Field(default=60.0, gt=0, description="new members must register within")
 
 
-class K8sSettings(_Frozen):
-    experiment: str = Field(default="testbed.yaml", description="experiment config (catalogue, policy)")
-    scheduler: str = Field(default="drf", description="drf, optimus, dl2:PATH, ... (make_scheduler)")
-    slot_seconds: float = Field(default=10.0, gt=0, description="slot length in seconds")
+class K8sSettings(AgentSettings):
     namespace: str = Field(default="default", description="namespace of DL2Jobs, pods and services")
     kubeconfig: str | None = Field(default=None, description="kubeconfig path; null: in-cluster config")
     context: str | None = Field(default=None, description="kubeconfig context (null: the current one)")
@@ -66,21 +60,13 @@ class K8sSettings(_Frozen):
     image_pull_policy: str = Field(default="IfNotPresent", description="of the job pods")
     api: ApiSettings = ApiSettings()
     pods: PodSettings = PodSettings()
-    guardrail: Guardrail = Guardrail()
     parallel_jobs: int = Field(default=8, ge=1, description="jobs reconciled at once in one slot")
     log_dir: str = Field(default="runs/k8s", description="decision log (Parquet)")
 
 
-class K8sConfig(_Frozen):
+class K8sConfig(AgentConfig):
+    KEY: ClassVar[str] = "kubernetes"
     kubernetes: K8sSettings = K8sSettings()
-    base_dir: str = "."
-
-    def resolve(self, relative: str) -> Path:
-        p = Path(relative)
-        return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
-
-    def experiment(self) -> ExperimentConfig:
-        return load_config(self.resolve(self.kubernetes.experiment))
 
     def kubeconfig_path(self) -> Path | None:
         k = self.kubernetes.kubeconfig
@@ -89,22 +75,10 @@ class K8sConfig(_Frozen):
 
 def is_k8s_config(path: str | Path) -> bool:
     """True if ``path`` is a YAML mapping whose top-level key is ``kubernetes``."""
-    try:
-        raw = read_yaml(Path(path), "config", ConfigError)
-    except ConfigError:
-        return False
-    return isinstance(raw, dict) and "kubernetes" in raw
+    return is_config_of(path, K8sConfig)
 
 
 def load_k8s_config(path: str | Path) -> K8sConfig:
-    """Read and validate a Kubernetes cluster config; :class:`ConfigError` names the file and field."""
-    path = Path(path)
-    raw = read_yaml(path, "config", ConfigError) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: <root>: expected a mapping")
-    try:
-        cfg = K8sConfig.model_validate({**raw, "base_dir": str(path.resolve().parent)})
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(str(path), exc)) from None
-    cfg.experiment()  # validate the experiment reference eagerly
-    return cfg
+    """Read and validate a Kubernetes cluster config; :class:`~dl2ray.config.ConfigError` names the file
+    and field."""
+    return load_agent_config(path, K8sConfig)

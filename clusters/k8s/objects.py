@@ -1,6 +1,6 @@
 """What a DL2Job becomes on Kubernetes, as plain dicts: the CRD, the job's pods and Service, RBAC, the agent.
 
-Nothing here talks to an API server (that is :mod:`clusters.k8s.backend`, the
+Nothing here talks to an API server (that is :mod:`clusters.k8s.api`, the
 one module that imports ``kubernetes``); everything is a pure function of the
 job spec and the config, so ``dl2ray k8s render`` prints exactly the objects
 the backend creates, and the tests validate them offline.
@@ -35,7 +35,6 @@ Members reach the coordinator through the Service's environment variables
 from __future__ import annotations
 
 import copy
-import zlib
 from typing import Any
 
 from dl2ray.jobspec import JobSpec, TaskDemand
@@ -58,11 +57,6 @@ MEMBER_ENV = {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}
 """One core's worth of threads per member process (tasks declare fractional cores)."""
 
 Obj = dict[str, Any]
-
-
-def job_id_of(name: str) -> int:
-    """The job id the scheduler sees: ``crc32(name)``, stable across agent restarts without a counter."""
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
 def coordinator_name(job: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import ray
 
 from clusters.ray.spawner import RaySpawner
+from clusters.runtime import actor_class
 from dl2ray.jobspec import JobSpec
 from elastic_mxnet.config import JobConfig, Limits, Liveness
 from elastic_mxnet.coordinator import Coordinator
@@ -32,7 +33,6 @@ from elastic_mxnet.job import ElasticJob, ScaleRefused
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "dl2ray"
 JOB_PREFIX = "dl2ray-job-"
 TERMINAL = ("finished", "failed", "cancelled")
 
@@ -180,14 +180,20 @@ class JobHostImpl:
         New members go to ``ps_nodes``/``worker_nodes`` in order. Scale-up starts
         the missing members, then scales; scale-down scales, then the removed
         members exit and their actors are ended. A paused job keeps one PS
-        (its parameters and optimizer state). Returns ``{ok, reason, ...}``.
+        (its parameters and optimizer state). Returns ``{ok, reason, ...,
+        members}``: ``members`` are the member actors alive afterwards (role
+        and node; what the job holds of the cluster now), so the backend does
+        not read the host again in the same slot.
         """
         if not self._op.acquire(blocking=False):
             return {"ok": False, "reason": "busy: an operation is in progress"}
         try:
-            return self._scale(ps, workers, ps_nodes, worker_nodes)
+            result = self._scale(ps, workers, ps_nodes, worker_nodes)
         finally:
             self._op.release()
+        with self._spawn_lock:
+            self.spawner.reap()
+        return {**result, "members": self._members(None)}
 
     def _scale(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
         self._check_thread()
@@ -303,5 +309,5 @@ class _Locked:
             self.spawner.close()
 
 
-JobHost = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(JobHostImpl)
+JobHost = actor_class(JobHostImpl, num_cpus=0, max_restarts=0, max_concurrency=8)
 """The host actor class; created detached and named by :meth:`clusters.ray.backend.RayBackend.submit`."""

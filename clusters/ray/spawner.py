@@ -26,6 +26,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from clusters.runtime import actor_class
 from dl2ray.jobspec import TaskDemand
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class MemberImpl:
         return train_main(self.worker_args)
 
 
-Member = ray.remote(max_restarts=0, max_concurrency=2)(MemberImpl)
+Member = actor_class(MemberImpl, max_restarts=0, max_concurrency=2)
 """The actor class: ``run`` blocks one thread; ``info`` answers on the other."""
 
 

@@ -7,8 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
 from clusters.a3c.sim_backend import SimBackend
-from clusters.a3c.training import A3COptions, A3CRun, GlobalPolicyImpl
+from clusters.a3c.training import A3CRun
 from clusters.agent.backend import ClusterBackend
 from dl2ray.learn import seeds
 from dl2ray.learn.rl import UpdateRow

@@ -18,7 +18,8 @@ from support import run_cli, wait_for
 from test_federation import _Direct, _fed_file, learner  # noqa: F401  (the learner fixture)
 
 from clusters.federation.config import load_federation
-from clusters.federation.learner import LinkDown, member_specs
+from clusters.federation.links import LinkDown
+from clusters.federation.members import member_specs
 from dl2ray.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +57,8 @@ class _Down:
 
 def _policy(learner, mode, link=None, **spec):  # noqa: F811
     """Member a's FederatedLivePolicy in ``mode`` over ``link`` (default: straight to the plain learner)."""
-    from clusters.federation.learner import MemberSpec
     from clusters.federation.live import FederatedLivePolicy
+    from clusters.federation.members import MemberSpec
 
     gp, _, cfg = learner
     fed_spec = MemberSpec("a", 0, mode, [0], [1_000_000], 5, spec.pop("pull_interval_s", 60.0), 0, **spec)
@@ -235,8 +236,8 @@ def live_fed(ray_session, tmp_path, tiny_yaml):
 
 def _cleanup(ray, fed):
     from clusters.federation.deploy import names
-    from clusters.federation.learner import NAMESPACE
     from clusters.ray.backend import list_hosts
+    from clusters.runtime import NAMESPACE
 
     for name in names(fed).values():
         with contextlib.suppress(ValueError):
@@ -253,7 +254,7 @@ def test_ray_member_pushes_live_gradients_shows_in_status_and_stops(live_fed, ca
     from test_live import small_spec
 
     from clusters.federation.deploy import down, status, up
-    from clusters.federation.learner import NAMESPACE
+    from clusters.runtime import NAMESPACE
 
     ray, path = live_fed
     res = up(path, wait_s=240)

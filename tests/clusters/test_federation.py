@@ -18,7 +18,7 @@ import pytest
 import yaml
 from support import run_cli, wait_for
 
-from clusters.a3c.training import _params_vector
+from clusters.a3c.weights import params_vector
 from clusters.federation.config import load_federation, member_config
 from clusters.federation.http import decode_frame, encode_frame
 from clusters.federation.learner import FederatedPolicyImpl, a3c_options
@@ -196,13 +196,13 @@ def learner(tmp_path, tiny_yaml):
 
 
 def _grad(gp, value=0.01):
-    return np.full(_params_vector(gp.policy, gp.value).size, value, dtype=np.float32)
+    return np.full(params_vector(gp.policy, gp.value).size, value, dtype=np.float32)
 
 
 def test_stale_and_rewound_gradients_are_dropped_and_counted(learner):
     gp, _, _ = learner
     gp.join("b")
-    w0 = _params_vector(gp.policy, gp.value)
+    w0 = params_vector(gp.policy, gp.value)
     assert gp.push_member("b", _grad(gp), ROW, 0, gp.boot)["accepted"] == "yes"
     assert gp.push_member("b", _grad(gp), ROW, 0, gp.boot)["accepted"] == "yes"  # lag 1 = bound
     r = gp.push_member("b", _grad(gp), ROW, 0, gp.boot, pull=False)  # lag 2 > staleness 1
@@ -211,7 +211,7 @@ def test_stale_and_rewound_gradients_are_dropped_and_counted(learner):
     assert r["accepted"] == "rewound" and r["updates"] == 2
     rec = {m["name"]: m for m in gp.status()["members"]}["b"]
     assert (rec["updates"], rec["dropped"], rec["rewound"], rec["max_lag"]) == (2, 1, 1, 2)
-    assert not np.array_equal(w0, _params_vector(gp.policy, gp.value))
+    assert not np.array_equal(w0, params_vector(gp.policy, gp.value))
     with pytest.raises(ValueError, match="unknown member"):
         gp.join("zz")
 
@@ -237,7 +237,7 @@ def test_restart_resumes_registry_and_counts_a_boot(learner, tmp_path):
     assert again.boot == gp.boot + 1 and again.opt.updates == 5 and again.resumed
     rec = {m["name"]: m for m in again.status()["members"]}["a"]
     assert (rec["updates"], rec["joins"], rec["val_jct"], rec["drf_jct"]) == (5, 1, 12.0, 10.0)
-    assert np.array_equal(_params_vector(gp.policy, gp.value), _params_vector(again.policy, again.value))
+    assert np.array_equal(params_vector(gp.policy, gp.value), params_vector(again.policy, again.value))
 
 
 # -- HTTP: frames and the token ---------------------------------------------------------------------------
@@ -279,12 +279,12 @@ class _Client:
 def _check_http(gp, client):
     body = encode_frame({"member": "a", "version": 0, "boot": gp.boot, "pull": True,
                          "row": ROW.__dict__}, _grad(gp))
-    w0 = _params_vector(gp.policy, gp.value)
+    w0 = params_vector(gp.policy, gp.value)
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token-0123456789"}):
         for path in ("/v1/fed/push", "/v1/fed/join", "/v1/fed/report"):
             assert client.post(path, content=body, headers=headers).status_code == 401
         assert client.get("/v1/fed/status", headers=headers).status_code == 401
-    assert gp.opt.updates == 0 and np.array_equal(w0, _params_vector(gp.policy, gp.value))
+    assert gp.opt.updates == 0 and np.array_equal(w0, params_vector(gp.policy, gp.value))
     assert all(m["last_contact_s"] is None and m["joins"] == 0 for m in gp.status()["members"])
     ok = {"Authorization": "Bearer s3cret-token-0123456789"}
     r = client.post("/v1/fed/push", content=body, headers=ok)
@@ -308,7 +308,8 @@ def _status(ray, learner):
 @pytest.mark.slow
 def test_members_survive_member_loss_and_learner_restart(ray_session, tmp_path, tiny_yaml):
     from clusters.federation.deploy import ensure_learner, names, start_local_member
-    from clusters.federation.learner import NAMESPACE, ActorLink
+    from clusters.federation.links import ActorLink
+    from clusters.runtime import NAMESPACE
 
     ray = ray_session
     fed = load_federation(_fed_file(tmp_path, tiny_yaml, http={"enabled": False}))
@@ -368,7 +369,7 @@ def _dl2ray(*args, timeout=300):
 def test_up_status_down_with_a_member_in_another_ray(tmp_path, tiny_yaml):
     import requests
 
-    from clusters.cli.live import start_head, stop_head
+    from clusters.ray.head import start_head, stop_head
 
     second = start_head(1, 0, tmp_path / "second-head.log")
     try:
@@ -424,7 +425,7 @@ def _param_count(fed) -> int:
 
     cfg = member_config(fed, 0)
     p, v = build_networks(Encoding.from_config(cfg), cfg.policy.hidden, 0)
-    return _params_vector(p, v).size
+    return params_vector(p, v).size
 
 
 # -- a member's turn without Ray (a direct link to a plain learner) ---------------------------------------
@@ -453,7 +454,7 @@ class _Direct:
 def test_member_turns_by_mode(learner, tmp_path, tiny_yaml, mode):
     import dataclasses
 
-    from clusters.federation.learner import MemberAgentImpl, member_specs
+    from clusters.federation.members import MemberAgentImpl, member_specs
 
     gp, _, cfg = learner
     fed = load_federation(_fed_file(tmp_path, tiny_yaml))

@@ -22,8 +22,8 @@ PAPER_CHECKPOINT = ROOT / "models" / "dl2-testbed-paper.pt"
 
 @pytest.fixture
 def agent(ray_session, tmp_path, request):
-    from clusters.cli.live import teardown
-    from clusters.ray.agent import start_agent
+    from clusters.cli.live import start_agent
+    from clusters.ray.agent import teardown
 
     cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
     mode = getattr(request, "param", "")

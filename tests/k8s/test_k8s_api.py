@@ -7,7 +7,7 @@ import urllib3
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
-from clusters.k8s.backend import ApiGiveUp, Conflict, KubeApi, NotFound
+from clusters.k8s.api import ApiGiveUp, Conflict, KubeApi, NotFound
 from clusters.k8s.config import ApiSettings
 
 

@@ -14,7 +14,7 @@ import yaml
 from k8s_support import REPO, small_job
 from support import wait_for
 
-from clusters.k8s import objects as ko
+from clusters.agent.views import job_id_of
 
 CHECKPOINT = REPO / "models" / "dl2-testbed-paper.pt"  # the policy configs/federation.yaml starts from
 
@@ -52,7 +52,7 @@ def _policy_slots(log_dir: Path, job_id: int) -> list[dict]:
 def test_k8s_member_schedules_a_dl2job_with_the_federations_policy(ray_session, cluster, tmp_path):
     from clusters.federation.config import load_federation
     from clusters.federation.deploy import down, names, status, up
-    from clusters.federation.learner import NAMESPACE
+    from clusters.runtime import NAMESPACE
 
     ray = ray_session
     path = _files(tmp_path, cluster.emu.kubeconfig(tmp_path / "kubeconfig"),
@@ -62,7 +62,7 @@ def test_k8s_member_schedules_a_dl2job_with_the_federations_policy(ray_session, 
         up(path, wait_s=240)
         actor = ray.get_actor("fed-kf-member-kube", namespace=NAMESPACE)
         cluster.apply_job(small_job("fedjob", epochs=20))
-        job_id = ko.job_id_of("fedjob")
+        job_id = job_id_of("fedjob")
         slots = wait_for("a slot where the policy's allocation started the job",
                          lambda: _policy_slots(tmp_path / "k8s", job_id), timeout_s=240, poll_s=1)
         assert slots[0]["policy"] == "federation-serve-only"

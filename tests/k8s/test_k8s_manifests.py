@@ -12,9 +12,9 @@ import pytest
 import yaml
 from support import run_cli
 
-from clusters.cli.k8s import HEADER, dump_all, manifests, render_job
 from clusters.k8s import objects as ko
 from clusters.k8s.config import K8sSettings, load_k8s_config
+from clusters.k8s.manifests import HEADER, dump_all, manifests, render_job
 from dl2ray.jobspec import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def served(ray_session, testbed):
     from ray import serve as ray_serve
 
-    from clusters.a3c.training import A3COptions, GlobalPolicy
+    from clusters.a3c.global_policy import A3COptions, GlobalPolicy
 
     name, namespace = "dl2ray-test-global", ray_session.get_runtime_context().namespace
     # fresh networks (seed 7), not the shipped ones: the pull visibly changes what is served
