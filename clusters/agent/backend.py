@@ -7,7 +7,7 @@ cluster's state into a :class:`~dl2ray.view.ClusterView` and an
 scheduler and the policy only ever see those two types (STYLE.md, practice 2).
 Two implement it: :class:`~clusters.ray.backend.RayBackend` (jobs as Ray actors)
 and :class:`~clusters.k8s.backend.KubernetesBackend` (jobs as DL2Job objects and
-pods). ``tests/clusters/test_backend_contract.py`` checks any backend against it.
+pods). ``tests/clusters/test_agent.py`` checks each backend against it.
 
 A :class:`ClusterBackend` is a *simulated* cluster stepped by its caller (the
 A3C agents' and the federation members' experience): ``reset``/``step``,

@@ -107,7 +107,10 @@ class DecisionLog:
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        pq.write_table(pa.Table.from_pylist(self.rows), tmp)
+        # Every key of every row is a column (pyarrow takes the columns of the first row only, which
+        # dropped the ``error`` of a failed slot whenever the first slot had none).
+        keys = list(dict.fromkeys(k for row in self.rows for k in row))
+        pq.write_table(pa.Table.from_pydict({k: [row.get(k) for row in self.rows] for k in keys}), tmp)
         tmp.replace(self.path)
 
 
