@@ -115,10 +115,10 @@ class ScriptedBackend:
         t = allocation.tasks.get(self.job.job_id, Tasks(0, 0))
         return ApplyReport(self.slot, [ScaleAction("j", (0, 0), (t.ps, t.workers), True, "scaled")])
 
-    def submit(self, spec):  # noqa: ANN001, ANN201
+    def submit(self, spec):
         raise NotImplementedError
 
-    def cancel(self, name: str):  # noqa: ANN201
+    def cancel(self, name: str):
         raise NotImplementedError
 
     def statuses(self) -> dict:
