@@ -1,6 +1,5 @@
 """``make lint`` catches an import that closes a cycle, inside a package as well as between packages, also
-when
-it is written inside a function (where Python would hide the cycle until run time).
+when it is written inside a function (where Python would hide the cycle until run time).
 
 The project's own import-linter contracts (``pyproject.toml``) run on a copy of the source tree with one
 new import added per case; each must be reported as a broken contract naming the import.
