@@ -40,11 +40,8 @@ class Logged:
 
     def take(self, idx) -> Logged:
         return Logged(
-            *(
-                getattr(self, f)[idx]
-                for f in ("type", "size", "mean_foreign", "max_foreign", "layout", "slowdown", "speed")
-            ),
-            None if self.features is None else self.features[idx],
+            self.type[idx], self.size[idx], self.mean_foreign[idx], self.max_foreign[idx], self.layout[idx],
+            self.slowdown[idx], self.speed[idx], None if self.features is None else self.features[idx],
         )
 
     def __len__(self) -> int:

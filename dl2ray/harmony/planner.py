@@ -18,7 +18,7 @@ predicted reward: imitation data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -87,9 +87,7 @@ class PlannerScheduler:
                 continue
             if self.record is not None:  # replay through Harmony's loop (it adds the job to placed)
                 script = iter(_actions(pl, len(free)))
-                follow = HarmonyScheduler(
-                    lambda s, mk, h, it=script: next(it), record=self.record, precheck=False
-                )
+                follow = HarmonyScheduler(_replay(script), record=self.record, precheck=False)
                 follow.place(job, free, cap, placed)
                 if self.finish is not None:
                     self.finish(job.job_id, placement_reward(placed, job.job_id, self.predict))
@@ -124,6 +122,11 @@ def _actions(pl: JobPlacement, servers: int) -> list[int]:
         if i < len(pl.ps_nodes):
             out.append(servers + pl.ps_nodes[i])
     return out
+
+
+def _replay(actions: Iterator[int]) -> Callable[..., int]:
+    """A Harmony chooser that answers each decision with the next of ``actions``."""
+    return lambda *_: next(actions)
 
 
 def load(arg: str | None, cfg) -> PlannerScheduler:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ ONLINE = "online-rl"
 
 #: Table 2's variants: the RLOptions switches each one turns off (``full`` turns off none), and the
 #: standing control: the same run with the policy-gradient signal removed (``zero-advantage``).
-ABLATIONS: dict[str, dict[str, bool]] = {
+ABLATIONS: dict[str, dict[str, Any]] = {
     "full": {},
     "no-actor-critic": {"critic": False},
     "no-exploration": {"exploration": False},

@@ -164,7 +164,7 @@ class Learner:
         self.opt = torch.optim.Adam(self.net.parameters(), lr=st.lr)
         self.replay = PrioritizedReplay(st.buffer, shape.state_dim, shape.actions, st.alpha)
         self.rng = np.random.default_rng([st.seed, 0x5C4ED2])
-        self.pending: tuple | None = None
+        self.pending: tuple[np.ndarray, np.ndarray, int, float] | None = None
         self.steps = self.updates = 0
         self.eps, self.beta = st.eps_start, st.beta_start
         self.losses: list[float] = []

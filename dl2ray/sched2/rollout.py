@@ -119,7 +119,8 @@ def label_trace(
             if m.sum() >= 2:
                 choices.append((snap, view, s, m))
         view = sim.step(alloc).view
-    picked = rng.choice(len(choices), size=min(st.points, len(choices)), replace=False) if choices else []
+    picked: np.ndarray | list[int] = (
+        rng.choice(len(choices), size=min(st.points, len(choices)), replace=False) if choices else [])
     states, masks, actions, gains = [], [], [], []
     for k in sorted(int(i) for i in picked):
         snap, v, s, m = choices[k]
