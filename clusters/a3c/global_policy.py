@@ -18,7 +18,7 @@ clusters) and :mod:`clusters.a3c.live` (a live cluster); a federation's learner 
   GlobalPolicy owns: at every ``val_every``-th update the GlobalPolicy hands it
   a snapshot of the weights and goes on applying gradients; the greedy
   policy's average JCT on the validation traces
-  (:func:`dl2ray.learn.seeds.validation`) comes back later and is logged at the
+  (:func:`dl2ray.seeds.validation`) comes back later and is logged at the
   snapshot's update, and ``OUT.best.pt`` is rewritten from the snapshot when it
   is the best so far. One validation runs at a time; when another falls due
   meanwhile, the newest due snapshot waits and older waiting ones are dropped
@@ -39,11 +39,11 @@ import torch
 
 from clusters.a3c.weights import atomic_save, load_vector, networks, params_vector
 from clusters.runtime import actor_class, incarnation
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import rl
-from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.actor_critic import ActorCriticOptimizer
-from dl2ray.learn.rl import RLResult, UpdateRow, ValidationRow
+from dl2ray.learn.records import RLResult, UpdateRow, ValidationRow, restore_result, result_doc
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import build_networks, load_checkpoint, save_checkpoint
 
@@ -283,7 +283,7 @@ class GlobalPolicyImpl:
         return {"kind": "a3c", "seed": self.seed, "updates": self.opt.updates,
                 "optimizer": self.opt.state_dict(),
                 "per_agent": {str(k): v for k, v in self.per_agent.items()},
-                "options": dataclasses.asdict(self.opts), "result": dataclasses.asdict(self.result)}
+                "options": dataclasses.asdict(self.opts), "result": result_doc(self.result)}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         """A subclass's part of :meth:`_restore` (the checkpoint is read once)."""
@@ -297,13 +297,8 @@ class GlobalPolicyImpl:
         self.value.load_state_dict(ckpt.value.state_dict())
         self.opt.load_state_dict(ex["optimizer"])
         self.per_agent = {int(k): int(v) for k, v in ex["per_agent"].items()}
-        r = ex["result"]
-        self.result.init = r["init"]
-        self.result.updates = int(r["updates"])
-        self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
-        self.result.wall_seconds = float(r.get("wall_seconds", 0.0))
-        self.result.history = [UpdateRow(**row) for row in r["history"]]
-        self.result.validation = [ValidationRow(**row) for row in r["validation"]]
+        self.result.init = ex["result"]["init"]
+        restore_result(self.result, ex["result"], int(ex["result"]["updates"]))
         self._restore_extra(ex)
         self.resumed = True
 

@@ -35,7 +35,7 @@ from dl2ray.config import load_config
 
 def _members(cfg, n: int, seed: int):
     from clusters.federation.members import MemberSpec
-    from dl2ray.learn import seeds
+    from dl2ray import seeds
 
     return [MemberSpec(f"m{i}", i, "learn", seeds.training(4, 4 * i), seeds.validation(1), 10**9, 1.0, seed)
             for i in range(n)]

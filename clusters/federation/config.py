@@ -245,12 +245,19 @@ def member_config(fed: FederationFile, index: int) -> ExperimentConfig:
         raise ConfigError(f"{path}: <root>: expected a mapping of config groups")
     base = learner_config(fed)
     raw = _merge(raw, m.backend.overrides)
-    raw = {**raw, "name": m.name, "base_dir": str(path.resolve().parent),
-           "policy": base.policy.model_dump(mode="python")}
+    raw = {**raw, "base_dir": str(path.resolve().parent)}
+    return _with_learners_policy(raw, m.name, base, where, f"{fed.base_dir}: {where}.overrides")
+
+
+def _with_learners_policy(raw: dict[str, Any], name: str, base: ExperimentConfig, where: str,
+                          context: str) -> ExperimentConfig:
+    """A member's experiment (``raw``, named ``name``) with the learner's ``policy`` group: one policy needs
+    one catalogue, so the member's job types must be the learner's. ConfigError naming ``where``."""
+    raw = {**raw, "name": name, "policy": base.policy.model_dump(mode="python")}
     try:
         cfg = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(f"{fed.base_dir}: {where}.overrides", exc)) from exc
+        raise ConfigError(format_validation_error(context, exc)) from exc
     if tuple(cfg.catalogue.names) != tuple(base.catalogue.names):
         raise ConfigError(f"{where}.config: job types {list(cfg.catalogue.names)} differ from the learner's "
                           f"{list(base.catalogue.names)}; one policy needs one catalogue")
@@ -274,17 +281,8 @@ def live_member_config(fed: FederationFile, index: int) -> tuple[LiveConfig | K8
                               f"federation member needs a kubeconfig file with context {m.backend.context!r}")
     else:
         raise ConfigError(f"{where}.kind: 'sim' members run a simulated experiment (member_config)")
-    base = learner_config(fed)
-    raw = {**cluster.experiment().model_dump(mode="python"), "name": m.name,
-           "policy": base.policy.model_dump(mode="python")}
-    try:
-        cfg = ExperimentConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(f"{path}", exc)) from exc
-    if tuple(cfg.catalogue.names) != tuple(base.catalogue.names):
-        raise ConfigError(f"{where}.config: job types {list(cfg.catalogue.names)} differ from the learner's "
-                          f"{list(base.catalogue.names)}; one policy needs one catalogue")
-    return cluster, cfg
+    raw = cluster.experiment().model_dump(mode="python")
+    return cluster, _with_learners_policy(raw, m.name, learner_config(fed), where, str(path))
 
 
 def load_federation(path: str | Path) -> FederationFile:

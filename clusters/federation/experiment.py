@@ -10,7 +10,7 @@ networks from its seed):
 2. **alone**: for each member, a learner fed by that member only, for the same
    number of updates;
 3. every policy (greedy) and DRF and Optimus on each member's held-out test
-   traces (:func:`dl2ray.learn.seeds.test`, ``test_traces`` of them, generated
+   traces (:func:`dl2ray.seeds.test`, ``test_traces`` of them, generated
    by that member's own config): average JCT in slots, unfinished jobs counted
    until the run stopped (as validation does), and the init policy's too.
 
@@ -102,7 +102,7 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
     from clusters.a3c.weights import with_hidden_of
     from clusters.federation.config import load_federation, member_config
     from clusters.runtime import start_ray
-    from dl2ray.learn import seeds
+    from dl2ray import seeds
     from dl2ray.policy.network import load_checkpoint
 
     fed = load_federation(path)

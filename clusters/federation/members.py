@@ -32,9 +32,9 @@ from clusters.a3c.sim_backend import SimBackend
 from clusters.a3c.weights import load_vector
 from clusters.federation.links import Link, LinkDown
 from clusters.runtime import actor_class, incarnation
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import rl
-from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.rl import UpdateRow

@@ -159,7 +159,7 @@ FIT_TRACES = 3
 @lru_cache(maxsize=4)
 def _fit(cfg_json: str) -> np.ndarray:
     from dl2ray.config import ExperimentConfig
-    from dl2ray.learn.seeds import training
+    from dl2ray.seeds import training
 
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     data = log_placements(cfg, FIT_SCHEDULERS, training(FIT_TRACES))

@@ -18,7 +18,7 @@ workers, one torch thread each); one worker runs them in this process.
   measured-speed simulator, next to online RL trained in the measured one.
 
 Model selection uses validation seeds only; test seeds
-(:func:`dl2ray.learn.seeds.test`) are used for the reported numbers only, through
+(:func:`dl2ray.seeds.test`) are used for the reported numbers only, through
 :func:`dl2ray.experiments.compare` with ``dl2:<best checkpoint>`` schedulers.
 """
 
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
-from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.rl import RLOptions, ValidationRow, heuristic_jct, train_rl, validate
 from dl2ray.policy.shape_net import load_policy_net
 

@@ -148,7 +148,7 @@ def improve(learner, train_cfg, shape, st: RolloutSettings, demos, val_demos, se
     Yields one log row per round (labels, labels that differ from π's action, gains), after the
     refit, so that the caller validates ``learner.weights()`` then.
     """
-    from dl2ray.learn import seeds
+    from dl2ray import seeds
     from dl2ray.sched2.imitation import Demos, ImitationSettings, imitate
     from dl2ray.sched2.qnet import numpy_qnet
 

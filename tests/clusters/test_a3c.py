@@ -10,7 +10,7 @@ from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
 from clusters.a3c.sim_backend import SimBackend
 from clusters.a3c.training import A3CRun
 from clusters.agent.backend import ClusterBackend
-from dl2ray.learn import seeds
+from dl2ray import seeds
 from dl2ray.learn.rl import UpdateRow
 
 OPTS = A3COptions(agents=2, traces=6, checkpoint_every=2, val_every=None)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from support import run_cli, small_config
 
+from dl2ray import seeds
 from dl2ray.errors import UserError
 from dl2ray.learn import experiments as ex
-from dl2ray.learn import seeds
 from dl2ray.learn.rl import RLOptions, heuristic_jct, validate
 from dl2ray.learn.sl import SLRun, run_sl
 from dl2ray.policy.encoding import Encoding

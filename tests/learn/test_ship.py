@@ -7,7 +7,7 @@ import json
 import pytest
 from support import run_cli, small_config
 
-from dl2ray.learn import seeds
+from dl2ray import seeds
 from dl2ray.learn.rl import RLOptions, train_rl
 from dl2ray.learn.ship import HEURISTICS, ship
 from dl2ray.learn.sl import SLRun, run_sl
