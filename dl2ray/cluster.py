@@ -35,7 +35,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from dl2ray.view import Allocation, JobPlacement, Tasks
+from dl2ray.allocation import Allocation, JobPlacement, Tasks
 from dl2ray.workload import JobCatalogue
 
 _EPS = 1e-9

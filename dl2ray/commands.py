@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from dl2ray.cli_options import ConfigOpt, JsonOpt, TraceOpt
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
 
@@ -24,13 +25,6 @@ if TYPE_CHECKING:
 
     from dl2ray.learn.cli import MultiAgentRL
 
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="experiment YAML (default: configs/testbed.yaml)")
-]
-TraceOpt = Annotated[
-    Path | None, typer.Option("--trace", help="dl2ray Parquet trace (default: generate from config)")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout, nothing else")]
 
 _err = Console(stderr=True)
 
@@ -251,7 +245,7 @@ def demo(
 ) -> None:
     """The main job on the embedded default: the shipped DL2 policy and all heuristics, testbed config,
     on test traces (never used in training or model selection)."""
-    from dl2ray.learn.seeds import TEST
+    from dl2ray.seeds import TEST
 
     if live:
         plugins = ctx.obj

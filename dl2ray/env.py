@@ -53,8 +53,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig, load_config
-from dl2ray.learn import seeds as seedsets
 from dl2ray.metrics import summarize_run
 from dl2ray.policy.encoding import Encoding, SlotState
 from dl2ray.sim import Simulator

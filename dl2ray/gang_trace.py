@@ -3,7 +3,7 @@
 ``gang.workload: philly`` — a window of ``workload.num_jobs`` consecutive jobs of
 the Philly CSV (``timestamp,duration,num_gpus,...``, sorted by submission time).
 Which part of the CSV a window comes from depends on the seed's set
-(:mod:`dl2ray.learn.seeds`): training seeds the first 60 % of the jobs,
+(:mod:`dl2ray.seeds`): training seeds the first 60 % of the jobs,
 validation seeds the next 20 %, test seeds the last 20 % (other seeds: all), so
 test traces never share a job with training or selection traces. From the
 window the trace keeps the arrival times (relative to its first job, times
@@ -84,7 +84,7 @@ def _synthetic(cfg: ExperimentConfig, seed: int) -> Trace:
 
 
 def _philly(cfg: ExperimentConfig, seed: int) -> Trace:
-    from dl2ray.learn.seeds import which
+    from dl2ray.seeds import which
 
     g = cfg.gang
     assert g is not None

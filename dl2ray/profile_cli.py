@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dl2ray.commands import ConfigOpt, JsonOpt
+from dl2ray.cli_options import ConfigOpt, JsonOpt
 from dl2ray.errors import UserError
 from dl2ray.profile import DEFAULT_POINTS, Fit, Profile, fit_profile, measure, save_profile
 

@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.experiments import LOWER_BOUND, Comparison, _speed_model, compare
@@ -60,7 +61,7 @@ def reprofiled(cfg: ExperimentConfig, out: Path, seed: int) -> ExperimentConfig:
     points = tuple(tuple(p) for p in shipped.source.get("points", DEFAULT_POINTS))
     runs = int(shipped.source.get("runs", 1))
     measured = measure(_speed_model(cfg), seed, cfg.speed.job_deviation, cfg.speed.variation, points, runs)
-    fit = "interpolate" if shipped.fit == "interpolate" else "optimus"
+    fit: Literal["optimus", "interpolate"] = "interpolate" if shipped.fit == "interpolate" else "optimus"
     prof = fit_profile(cfg.catalogue, measured, fit, {**shipped.source, "reprofiled_for": cfg.name})
     return cfg.model_copy(update={"profile": str(save_profile(prof, out))})
 
@@ -83,7 +84,7 @@ def run_point(cfg: ExperimentConfig, schedulers: Sequence[str], seeds: Sequence[
         point_cfg = reprofiled(with_setting(cfg, study, value), Path(tmp) / "profile.json", profile_seed)
         names = list(dict.fromkeys([*schedulers, REFERENCE]))
         comp = compare(point_cfg, names, seeds, processes=processes, references=True, paired=(REFERENCE,))
-    rows = {str(r["scheduler"]): r for r in comp.summary()}
+    rows: dict[str, Any] = {str(r["scheduler"]): r for r in comp.summary()}
     return Point(study, value, {n: float(r["censored_avg_jct"]) for n, r in rows.items()},
                  {n: float(r["censored_avg_jct_ci95"]) for n, r in rows.items()},
                  {n: r["paired"].get(REFERENCE, {}) for n, r in rows.items()}), comp

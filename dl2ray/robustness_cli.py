@@ -39,8 +39,8 @@ def robustness(
     report, its plots and OUT.json."""
     from dl2ray import robustness as rb
     from dl2ray.config import load_config
-    from dl2ray.learn.seeds import TEST
     from dl2ray.robustness_report import write_report
+    from dl2ray.seeds import TEST
 
     cfg = load_config(config)
     names = [s.strip() for s in schedulers.split(",") if s.strip()]

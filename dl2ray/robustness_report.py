@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dl2ray.experiments import Comparison
 from dl2ray.robustness import REFERENCE, SWEEPS, Point, degradation
@@ -16,7 +17,7 @@ TITLES = {
 }
 
 
-def _fmt(x: float, digits: int = 2) -> str:
+def _fmt(x: Any, digits: int = 2) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
@@ -49,7 +50,7 @@ def plot_study(points: Sequence[Point], study: str, schedulers: Sequence[str], p
     for name in schedulers:
         ys = [p.vs_reference[name]["mean"] for p in pts]
         es = [p.vs_reference[name]["ci95"] for p in pts]
-        style = {"linewidth": 2.5} if name.startswith("dl2") else {"linewidth": 1.2}
+        style: dict[str, Any] = {"linewidth": 2.5} if name.startswith("dl2") else {"linewidth": 1.2}
         ax.errorbar([p.value for p in pts], ys, yerr=es, marker="o", capsize=3, label=name, **style)
     ax.axhline(1.0, color="grey", linestyle=":", label=f"{REFERENCE} (reference)")
     ax.set_xlabel(TITLES[study])
@@ -64,7 +65,7 @@ def plot_study(points: Sequence[Point], study: str, schedulers: Sequence[str], p
 
 
 def unseen_table(comp: Comparison) -> str:
-    rows = comp.summary()
+    rows: list[dict[str, Any]] = comp.summary()
     lines = ["| scheduler | avg JCT | / planner-truth (paired) | / drf (paired) |", "|---|---|---|---|"]
     for r in rows:
         pr, pd = r["paired"].get(REFERENCE) or {}, r["paired"].get("drf") or {}

@@ -198,7 +198,7 @@ class Simulator:
         """
         r = self.result
         return SimSnapshot(
-            self.rng.bit_generator.state, tuple(self._pending),
+            dict(self.rng.bit_generator.state), tuple(self._pending),
             {k: replace(j) for k, j in self.jobs.items()}, dict(self.finished), self.slot,
             (dict(r.end_time), dict(r.first_run), list(r.gpu_util), list(r.cpu_util),
              list(r.rewards), r.slots, len(r.events)),
@@ -324,16 +324,19 @@ class Simulator:
         if s <= 0:
             return {}
         n = self.capacity.shape[0]
-        ids, job_of, node_of, demand = [], [], [], []
+        ids: list[int] = []
+        job_of: list[int] = []
+        node_of: list[int] = []
+        demand: list[np.ndarray] = []
         for j, pl in placement.items():
             ti = self.jobs[j].type_index
             k = len(ids)
             ids.append(j)
             wd, pd = self._worker_demand[ti], self._ps_demand[ti]
-            for nodes, dem in ((pl.worker_nodes, wd), (pl.ps_nodes, pd)):
-                job_of += [k] * len(nodes)
-                node_of += nodes
-                demand += [dem] * len(nodes)
+            for task_nodes, task_dem in ((pl.worker_nodes, wd), (pl.ps_nodes, pd)):
+                job_of += [k] * len(task_nodes)
+                node_of += task_nodes
+                demand += [task_dem] * len(task_nodes)
         if not node_of:
             return {}
         jobs, nodes, dem = np.asarray(job_of), np.asarray(node_of), np.asarray(demand)

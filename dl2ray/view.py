@@ -11,13 +11,16 @@ declared epochs and what it observed (:class:`Observation`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from dl2ray.allocation import Allocation, JobPlacement, Tasks
+from dl2ray.cluster import Placer, make_placer
 from dl2ray.workload import JobCatalogue
+
+__all__ = ["Allocation", "ClusterView", "JobPlacement", "JobView", "Observation", "Tasks"]
 
 
 class Observation(NamedTuple):
@@ -138,45 +141,6 @@ class ClusterView:
                 return j
         raise KeyError(f"job {job_id} is not in this view")
 
-    def placer(self, policy: str | None = None):  # -> dl2ray.cluster.Placer
+    def placer(self, policy: str | None = None) -> Placer:
         """A fresh tentative placement over ``free`` with the view's policy."""
-        from dl2ray.cluster import make_placer
-
         return make_placer(self.capacity, self.free, policy or self.placement, self.catalogue)
-
-
-class Tasks(NamedTuple):
-    """Workers and PS of one job for one slot."""
-
-    workers: int
-    ps: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobPlacement:
-    """Node index of each worker and each PS of one job."""
-
-    worker_nodes: tuple[int, ...]
-    ps_nodes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """Workers and PS per job for the next slot.
-
-    Jobs not listed get nothing. ``placement``, when given, must list one node
-    per task of every allocated job; otherwise the backend places tasks with
-    its configured policy, in the order of ``tasks``.
-    """
-
-    tasks: Mapping[int, Tasks] = field(default_factory=dict)
-    placement: Mapping[int, JobPlacement] | None = None
-
-    def __post_init__(self) -> None:
-        for job_id, t in self.tasks.items():
-            if t.workers < 0 or t.ps < 0:
-                raise ValueError(f"job {job_id}: negative task count {tuple(t)}")
-
-    @staticmethod
-    def empty() -> Allocation:
-        return Allocation({})

@@ -52,7 +52,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.schedulers.base import make_scheduler, scheduler_names
+from dl2ray.schedulers.base import Scheduler, make_scheduler, scheduler_names
 from serve.convert import ViewError, from_allocation, to_view
 from serve.overload import Admission
 from serve.schemas import DecideRequest, DecideResponse, Health, OverloadInfo, PolicyInfo
@@ -148,7 +148,8 @@ class DecisionService:
         name = request.scheduler
         if name == "dl2":
             loaded = self.store.current  # read once: a swap during this decision does not touch it
-            scheduler, version = loaded.scheduler, loaded.version
+            scheduler: Scheduler = loaded.scheduler
+            version = loaded.version
         elif name in self.heuristics:
             # A fresh instance per request: the decision depends on this view (and its histories) only.
             scheduler, version = make_scheduler(name, self.cfg), f"heuristic:{name}"

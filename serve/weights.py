@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from dl2ray.errors import UserError
 from dl2ray.schedulers.dl2 import DL2Scheduler
@@ -83,7 +83,7 @@ class GlobalPolicyPull:
     def __init__(self, actor: str, namespace: str | None = None, timeout_s: float = 30.0) -> None:
         self.actor, self.namespace, self.timeout_s = actor, namespace, timeout_s
         self.name = f"global:{actor}"
-        self._handle = None
+        self._handle: Any = None  # the GlobalPolicy actor, looked up on the first poll
         self._updates = -1
 
     def poll(self, current: str | None) -> tuple[str, bytes] | None:

@@ -34,15 +34,36 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def wait_for(what: str, check, timeout_s: float = 180.0, poll_s: float = 0.3):
-    """Poll ``check()`` until it returns something truthy (returned); AssertionError naming ``what``
-    after ``timeout_s``. Live tests wait on conditions, never on fixed sleeps."""
+def wait_for(what: str, check, timeout_s: float = 600.0, poll_s: float = 0.3, progress=None,
+             within: float | None = None):
+    """Poll ``check()`` until it returns something truthy (returned). Live tests wait on events, never on
+    fixed sleeps, and never on the machine being idle:
+
+    * ``timeout_s`` is hang protection, not a speed requirement: the wait fails only after ``timeout_s``
+      seconds *in which nothing happened*. With ``progress`` (a callable returning a number that grows
+      while the system under test works: slots stepped, updates applied, epochs trained), every advance
+      starts those seconds again, so a loaded machine makes the wait longer, never failed.
+    * ``within``: fail as soon as ``progress()`` has advanced by this much since the wait began and
+      ``check()`` still fails (the event did not happen in that many slots/updates: a real failure,
+      found without any clock).
+
+    AssertionError naming ``what`` (and the progress seen) otherwise.
+    """
     import time
 
+    start = last = progress() if progress is not None else None
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while True:
         value = check()
         if value:
             return value
+        if progress is not None:
+            now = progress()
+            if now != last:
+                last, deadline = now, time.monotonic() + timeout_s
+            if within is not None and now - start >= within:
+                raise AssertionError(f"{what}: did not happen within {within:g} (progress {start} -> {now})")
+        if time.monotonic() > deadline:
+            seen = "" if progress is None else f" (progress stuck at {last})"
+            raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(poll_s)
-    raise AssertionError(f"timed out waiting for {what}")

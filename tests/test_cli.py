@@ -17,6 +17,7 @@ def test_simulate_json(capsys):
     assert doc["scheduler"] == "drf" and doc["completed"] == doc["jobs"] == 30
 
 
+@pytest.mark.slow
 def test_compare_json_is_one_object_with_ratios(capsys, tmp_path):
     code, out, _ = run_cli(
         capsys, "compare", "--schedulers", "fifo,drf,srtf", "--traces", "2", "--json",
@@ -97,6 +98,7 @@ def test_bench_commands_print_json(capsys):
     assert code == 0 and json.loads(out)["jobs"] == 30
 
 
+@pytest.mark.slow
 def test_demo_compares_the_shipped_policy_on_test_traces(capsys, tmp_path):
     model = REPO / "models" / "dl2-testbed.pt"
     code, _, _ = run_cli(capsys, "demo", "--traces", "1", "--out", str(tmp_path / "d"), "--model", str(model))

@@ -26,20 +26,20 @@ def test_every_config_loads_and_runs_a_few_slots(path):
         assert len(load_catalogue(path)) >= 1
         return
     if "live" in (yaml.safe_load(path.read_text()) or {}):
-        # a live cluster config (clusters/live_config.py): its experiment is simulated here; the
+        # a live cluster config (clusters/ray/config.py): its experiment is simulated here; the
         # live agent runs it on Ray in tests/clusters/test_live_agent.py
-        from clusters.live_config import load_live_config
+        from clusters.ray.config import load_live_config
 
         cfg = load_live_config(path).experiment()
     elif "kubernetes" in (yaml.safe_load(path.read_text()) or {}):
-        # the Kubernetes agent's config (clusters/k8s_config.py); tests/k8s runs the agent on it
-        from clusters.k8s_config import load_k8s_config
+        # the Kubernetes agent's config (clusters/k8s/config.py); tests/k8s runs the agent on it
+        from clusters.k8s.config import load_k8s_config
 
         cfg = load_k8s_config(path).experiment()
     elif "members" in (yaml.safe_load(path.read_text()) or {}):
-        # a federation file (clusters/fed_config.py): every simulated member's experiment runs here;
+        # a federation file (clusters/federation/config.py): every simulated member's experiment runs here;
         # tests/clusters/test_federation.py runs members on Ray
-        from clusters.fed_config import load_federation, member_config
+        from clusters.federation.config import load_federation, member_config
 
         fed = load_federation(path)
         for i, m in enumerate(fed.members):

@@ -22,6 +22,7 @@ All need a gang-mode config; ``lif-linear`` fits its coefficients when built
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,44 @@ def place_job(
     return JobPlacement(tuple(nodes["worker"]), tuple(nodes["ps"]))
 
 
-class FifoPlacer:
+class WaitingJobsPlacer:
+    """Gang mode's decision, written once for every placement scheduler (the baselines, the planner,
+    Harmony's policy): the running jobs stay where they are (:func:`dl2ray.gang.keep_running`); each
+    waiting job, in the view's (arrival) order, starts where :meth:`place_waiting` puts all of its tasks
+    now, or waits (no head-of-line blocking). What a scheduler keeps over the running jobs' placement
+    while it places (type counts, a :class:`~dl2ray.harmony.policy.Placed`) is its :meth:`begin`'s."""
+
+    name = "waiting-jobs"
+
+    def decide(self, view: ClusterView) -> Allocation:
+        tasks, placement, free = keep_running(view)
+        state = self.begin(view, placement)
+        for job in view.jobs:
+            if job.workers > 0 or job.fixed_tasks is None:
+                continue
+            pl = self.place_waiting(job, free, view.capacity, state)
+            if pl is None:
+                continue
+            tasks[job.job_id] = Tasks(*job.fixed_tasks)
+            placement[job.job_id] = pl
+            for node in pl.worker_nodes:
+                free[node] -= job.worker_demand
+            for node in pl.ps_nodes:
+                free[node] -= job.ps_demand
+        return Allocation(tasks, placement)
+
+    def begin(self, view: ClusterView, placement: dict[int, JobPlacement]) -> Any:
+        """The state :meth:`place_waiting` updates, over the running jobs' ``placement``."""
+        return None
+
+    def place_waiting(self, job: JobView, free: np.ndarray, cap: np.ndarray,
+                      state: Any) -> JobPlacement | None:
+        """Nodes for every task of the waiting ``job`` given ``free`` (N, 3) (not changed here), or None:
+        it waits. A placement returned is taken (``state`` gains it)."""
+        raise NotImplementedError
+
+
+class FifoPlacer(WaitingJobsPlacer):
     """FIFO job order, whole-job placement by ``score`` (see the module docstring)."""
 
     def __init__(self, name: str, score: Score) -> None:
@@ -104,24 +142,16 @@ class FifoPlacer:
     def _place_one(self, job: JobView, free: np.ndarray, cap: np.ndarray, counts: np.ndarray):
         return place_job(job, free, cap, counts, self.score)
 
-    def decide(self, view: ClusterView) -> Allocation:
-        tasks, placement, free = keep_running(view)
-        counts = task_type_counts(view, placement)
-        for job in view.jobs:
-            if job.workers > 0 or job.fixed_tasks is None:
-                continue
-            pl = self._place_one(job, free, view.capacity, counts)
-            if pl is None:
-                continue
-            tasks[job.job_id] = Tasks(*job.fixed_tasks)
-            placement[job.job_id] = pl
-            for node in pl.worker_nodes:
-                free[node] -= job.worker_demand
+    def begin(self, view: ClusterView, placement: dict[int, JobPlacement]) -> np.ndarray:
+        return task_type_counts(view, placement)
+
+    def place_waiting(self, job: JobView, free: np.ndarray, cap: np.ndarray,
+                      counts: np.ndarray) -> JobPlacement | None:
+        pl = self._place_one(job, free, cap, counts)
+        if pl is not None:
+            for node in (*pl.worker_nodes, *pl.ps_nodes):
                 counts[node, job.type_index] += 1
-            for node in pl.ps_nodes:
-                free[node] -= job.ps_demand
-                counts[node, job.type_index] += 1
-        return Allocation(tasks, placement)
+        return pl
 
 
 def _need_gang(cfg) -> None:

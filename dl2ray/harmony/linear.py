@@ -40,11 +40,8 @@ class Logged:
 
     def take(self, idx) -> Logged:
         return Logged(
-            *(
-                getattr(self, f)[idx]
-                for f in ("type", "size", "mean_foreign", "max_foreign", "layout", "slowdown", "speed")
-            ),
-            None if self.features is None else self.features[idx],
+            self.type[idx], self.size[idx], self.mean_foreign[idx], self.max_foreign[idx], self.layout[idx],
+            self.slowdown[idx], self.speed[idx], None if self.features is None else self.features[idx],
         )
 
     def __len__(self) -> int:
@@ -162,7 +159,7 @@ FIT_TRACES = 3
 @lru_cache(maxsize=4)
 def _fit(cfg_json: str) -> np.ndarray:
     from dl2ray.config import ExperimentConfig
-    from dl2ray.learn.seeds import training
+    from dl2ray.seeds import training
 
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     data = log_placements(cfg, FIT_SCHEDULERS, training(FIT_TRACES))

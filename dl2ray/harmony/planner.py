@@ -18,21 +18,20 @@ predicted reward: imitation data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from dl2ray.gang import keep_running
-from dl2ray.harmony.baselines import lb_score, load_of, place_job, tetris_score
+from dl2ray.harmony.baselines import WaitingJobsPlacer, lb_score, load_of, place_job, tetris_score
 from dl2ray.harmony.policy import HarmonyScheduler, Placed, placement_reward
-from dl2ray.view import Allocation, ClusterView, JobPlacement, Tasks
+from dl2ray.view import ClusterView, JobPlacement
 
 
 def _packing(t, d, free, cap, counts) -> np.ndarray:
     return -load_of(free, cap)
 
 
-class PlannerScheduler:
+class PlannerScheduler(WaitingJobsPlacer):
     """Best-of-candidates placement by the reward model ``predict`` (see the module docstring)."""
 
     name = "harmony-planner"
@@ -75,33 +74,22 @@ class PlannerScheduler:
                 best, best_r = pl, r
         return best
 
-    def decide(self, view: ClusterView) -> Allocation:
-        tasks, placement, free = keep_running(view)
-        cap = view.capacity
-        placed = Placed.running(view, placement, self.max_nodes)
-        for job in view.jobs:
-            if job.workers > 0 or job.fixed_tasks is None:
-                continue
-            pl = self.best(job, free, cap, placed)
-            if pl is None:
-                continue
-            if self.record is not None:  # replay through Harmony's loop (it adds the job to placed)
-                script = iter(_actions(pl, len(free)))
-                follow = HarmonyScheduler(
-                    lambda s, mk, h, it=script: next(it), record=self.record, precheck=False
-                )
-                follow.place(job, free, cap, placed)
-                if self.finish is not None:
-                    self.finish(job.job_id, placement_reward(placed, job.job_id, self.predict))
-            else:
-                placed.add(job.job_id, job.type_index, pl.worker_nodes, pl.ps_nodes)
-            tasks[job.job_id] = Tasks(*job.fixed_tasks)
-            placement[job.job_id] = pl
-            for node in pl.worker_nodes:
-                free[node] -= job.worker_demand
-            for node in pl.ps_nodes:
-                free[node] -= job.ps_demand
-        return Allocation(tasks, placement)
+    def begin(self, view: ClusterView, placement: dict[int, JobPlacement]) -> Placed:
+        return Placed.running(view, placement, self.max_nodes)
+
+    def place_waiting(self, job, free: np.ndarray, cap: np.ndarray, placed: Placed) -> JobPlacement | None:
+        pl = self.best(job, free, cap, placed)
+        if pl is None:
+            return None
+        if self.record is not None:  # replay through Harmony's loop (it adds the job to placed)
+            script = iter(_actions(pl, len(free)))
+            follow = HarmonyScheduler(_replay(script), record=self.record, precheck=False)
+            follow.place(job, free, cap, placed)
+            if self.finish is not None:
+                self.finish(job.job_id, placement_reward(placed, job.job_id, self.predict))
+        else:
+            placed.add(job.job_id, job.type_index, pl.worker_nodes, pl.ps_nodes)
+        return pl
 
 
 class PackTeacher(PlannerScheduler):
@@ -124,6 +112,11 @@ def _actions(pl: JobPlacement, servers: int) -> list[int]:
         if i < len(pl.ps_nodes):
             out.append(servers + pl.ps_nodes[i])
     return out
+
+
+def _replay(actions: Iterator[int]) -> Callable[..., int]:
+    """A Harmony chooser that answers each decision with the next of ``actions``."""
+    return lambda *_: next(actions)
 
 
 def load(arg: str | None, cfg) -> PlannerScheduler:

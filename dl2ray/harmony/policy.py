@@ -28,10 +28,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dl2ray.gang import keep_running
-from dl2ray.harmony.baselines import lb_score, load_of, place_job
+from dl2ray.harmony.baselines import WaitingJobsPlacer, lb_score, load_of, place_job
 from dl2ray.harmony.nets import rm_features
-from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
+from dl2ray.view import ClusterView, JobPlacement, JobView
 
 _EPS = 1e-9
 
@@ -142,7 +141,7 @@ def hints(mask: np.ndarray, free: np.ndarray, cap: np.ndarray, left: tuple[int, 
 Choose = Callable[[np.ndarray, np.ndarray, tuple[int, int]], int]
 
 
-class HarmonyScheduler:
+class HarmonyScheduler(WaitingJobsPlacer):
     """FIFO start, learned task placement (see the module docstring)."""
 
     name = "harmony"
@@ -160,25 +159,14 @@ class HarmonyScheduler:
         self.choose, self.predict, self.record, self.finish = choose, predict, record, finish
         self.rollback, self.max_nodes, self.precheck = rollback, max_nodes, precheck
 
-    def decide(self, view: ClusterView) -> Allocation:
-        tasks, placement, free = keep_running(view)
-        cap = view.capacity
-        placed = Placed.running(view, placement, self.max_nodes)
-        for job in view.jobs:
-            if job.workers > 0 or job.fixed_tasks is None:
-                continue
-            if self.precheck and place_job(job, free, cap, placed.counts, lb_score) is None:
-                continue  # does not fit even by load balancing: wait
-            pl = self.place(job, free, cap, placed)
-            if pl is None:
-                continue
-            tasks[job.job_id] = Tasks(*job.fixed_tasks)
-            placement[job.job_id] = pl
-            for node in pl.worker_nodes:
-                free[node] -= job.worker_demand
-            for node in pl.ps_nodes:
-                free[node] -= job.ps_demand
-        return Allocation(tasks, placement)
+    def begin(self, view: ClusterView, placement: dict[int, JobPlacement]) -> Placed:
+        return Placed.running(view, placement, self.max_nodes)
+
+    def place_waiting(self, job: JobView, free: np.ndarray, cap: np.ndarray,
+                      placed: Placed) -> JobPlacement | None:
+        if self.precheck and place_job(job, free, cap, placed.counts, lb_score) is None:
+            return None  # does not fit even by load balancing: wait
+        return self.place(job, free, cap, placed)
 
     def place(self, job: JobView, free: np.ndarray, cap: np.ndarray, placed: Placed) -> JobPlacement | None:
         """Place ``job``'s tasks one action at a time (``placed`` gains it), or None (rolled back)."""

@@ -92,9 +92,9 @@ def train_reward_model(cfg, st: HarmonySettings):
     """``(torch model, {"train_rel_error", "heldout_rel_error", "heldout_rel_error_p90", ...})``:
     fitted on placements of random / LB / Tetris logged on ``st.rm_traces`` training traces,
     measured on the same schedulers' placements on ``st.rm_val_traces`` validation traces."""
+    from dl2ray import seeds
     from dl2ray.harmony.linear import FIT_SCHEDULERS, log_placements
     from dl2ray.harmony.nets import max_nodes
-    from dl2ray.learn import seeds
 
     train = log_placements(cfg, FIT_SCHEDULERS, seeds.training(st.rm_traces))
     held = log_placements(cfg, FIT_SCHEDULERS, seeds.validation(st.rm_val_traces))
@@ -265,8 +265,8 @@ def evaluate(cfg, learner: ACLearner, seeds) -> float:
 def warm_start(cfg, st: HarmonySettings, learner: ACLearner, predict, train_seeds: list[int]) -> dict:
     """Imitate the baseline ``st.warm_start`` (:mod:`dl2ray.harmony.imitate`) on ``train_seeds``;
     accuracy on one validation trace not used for model selection."""
+    from dl2ray import seeds
     from dl2ray.harmony.imitate import REPLAYED, accuracy, collect, imitate, teacher_choose
-    from dl2ray.learn import seeds
 
     teacher = st.warm_start if st.warm_start in REPLAYED else teacher_choose(st.warm_start, cfg)
     data = collect(cfg, teacher, predict, train_seeds)
@@ -302,8 +302,8 @@ def train(cfg, st: HarmonySettings, out_path, on_row=None, rm_from=None) -> dict
     """Reward model (or ``rm_from``'s), then actor-critic; writes the best-on-validation checkpoint."""
     import torch
 
+    from dl2ray import seeds
     from dl2ray.harmony.nets import numpy_reward_model, save_checkpoint
-    from dl2ray.learn import seeds
 
     torch.set_num_threads(1)
     t0 = time.time()

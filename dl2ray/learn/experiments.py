@@ -18,7 +18,7 @@ workers, one torch thread each); one worker runs them in this process.
   measured-speed simulator, next to online RL trained in the measured one.
 
 Model selection uses validation seeds only; test seeds
-(:func:`dl2ray.learn.seeds.test`) are used for the reported numbers only, through
+(:func:`dl2ray.seeds.test`) are used for the reported numbers only, through
 :func:`dl2ray.experiments.compare` with ``dl2:<best checkpoint>`` schedulers.
 """
 
@@ -35,12 +35,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
-from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.rl import RLOptions, ValidationRow, heuristic_jct, train_rl, validate
 from dl2ray.policy.shape_net import load_policy_net
 
@@ -49,7 +50,7 @@ ONLINE = "online-rl"
 
 #: Table 2's variants: the RLOptions switches each one turns off (``full`` turns off none), and the
 #: standing control: the same run with the policy-gradient signal removed (``zero-advantage``).
-ABLATIONS: dict[str, dict[str, bool]] = {
+ABLATIONS: dict[str, dict[str, Any]] = {
     "full": {},
     "no-actor-critic": {"critic": False},
     "no-exploration": {"exploration": False},

@@ -28,7 +28,7 @@ numbers: the difference is the effect of that one action, nothing else.
 it is minus the total JCT), or the paper's ``progress`` ``Σ_j epochs_j/E_j``.
 
 **Update** (:func:`imitation_update`): label-smoothed cross-entropy
-(:func:`dl2ray.learn.sl.smoothed_cross_entropy`) on minibatches from the last
+(:func:`dl2ray.learn.supervised.smoothed_cross_entropy`) on minibatches from the last
 ``buffer`` labels (:class:`ImitationBuffer`). This is approximate policy
 iteration with rollouts (the greedy-rollout improvement operator, then a
 supervised projection), i.e. the "expert iteration" family.
@@ -224,7 +224,7 @@ def imitation_update(policy: PolicyNet, opt: torch.optim.Optimizer, buffer: Imit
 
     Returns the mean loss and the mean masked entropy (nats) of the policy on the minibatches.
     """
-    from dl2ray.learn.sl import smoothed_cross_entropy
+    from dl2ray.learn.supervised import smoothed_cross_entropy
 
     total, ent = 0.0, 0.0
     for _ in range(batches):

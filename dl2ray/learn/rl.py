@@ -16,7 +16,7 @@ One update:
 
 Every ``val_every`` updates (and before the first and after the last), the
 greedy policy's average JCT on ``val_traces`` validation traces is measured
-(:mod:`dl2ray.learn.seeds`); the best one is kept in ``OUT.best.pt``. Every
+(:mod:`dl2ray.seeds`); the best one is kept in ``OUT.best.pt``. Every
 ``checkpoint_every`` updates ``OUT`` is written with both networks, the
 optimiser state, the update and episode counts, the generators' states and the
 history, so ``resume=True`` continues from it (the replay buffer and the
@@ -34,20 +34,32 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.actor_critic import ActorCriticOptimizer, LossConfig, compute_gradients
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, imitation_update
+from dl2ray.learn.records import (
+    ALGOS,
+    RLOptions,
+    RLResult,
+    UpdateRecord,
+    UpdateRow,
+    ValidationRow,
+    restore_result,
+    result_doc,
+    rng_state,
+    scalars,
+)
 from dl2ray.learn.replay import ReplayBuffer
 from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.learn.shape_search import ShapeSearchCollector
+from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
     CheckpointError,
@@ -59,96 +71,10 @@ from dl2ray.policy.network import (
     save_checkpoint,
 )
 
-ALGOS = ("paper", "improve", "counterfactual")
-"""``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
-``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`);
-``counterfactual``: per-job counterfactual policy optimisation of the *shape* policy
-(:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`)."""
-
-
-@dataclass
-class RLOptions:
-    """One run's switches (the ablations of the paper's Table 2) and its schedule."""
-
-    critic: bool = True  # False: REINFORCE with the minibatch-mean return as baseline
-    exploration: bool = True  # job-aware exploration (policy.exploration_eps / _ratio)
-    replay: bool = True  # False: learn on each update's fresh steps only
-    prioritized: bool = False  # prioritised replay (see dl2ray.learn.replay)
-    traces: int = 100  # training traces, cycled
-    val_traces: int = 3  # validation traces for the periodic JCT
-    val_every: int = 25  # updates between validations
-    checkpoint_every: int = 50  # updates between checkpoints
-    steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
-    critic_warmup: int = 0  # first updates that train only the value network
-    max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
-    algo: Literal["paper", "improve", "counterfactual"] = "paper"  # see ALGOS
-    zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
-
-
-@dataclass
-class UpdateRow:
-    """Per update: losses, mean entropy, mean slot reward and counts of the new experience."""
-
-    update: int
-    policy_loss: float
-    value_loss: float
-    entropy: float
-    reward: float
-    mean_value: float
-    new_steps: int
-    new_slots: int
-    explored: int
-
-
-@dataclass
-class ValidationRow:
-    update: int
-    avg_jct: float
-
-
-@dataclass
-class RLResult:
-    """History of a run; ``baseline_avg_jct`` is DRF's average JCT on the same validation traces."""
-
-    seed: int
-    init: str | None
-    updates: int
-    val_seeds: list[int]
-    baseline_avg_jct: float
-    history: list[UpdateRow] = field(default_factory=list)
-    validation: list[ValidationRow] = field(default_factory=list)
-    wall_seconds: float = 0.0  # training and validation, summed over resumed sessions
-
-    @property
-    def best(self) -> ValidationRow | None:
-        return min(self.validation, key=lambda r: r.avg_jct) if self.validation else None
-
-
-def validate(cfg: ExperimentConfig, policy, trace_seeds: list[int]) -> float:
-    """Average over ``trace_seeds`` of the greedy policy's average JCT (slots), unfinished jobs
-    counted until the run stopped (:func:`dl2ray.metrics.censored_avg_jct`); ``policy`` is the torch
-    network of either architecture."""
-    from dl2ray.experiments import build_simulator
-    from dl2ray.metrics import censored_avg_jct
-    from dl2ray.policy.shape_net import numpy_policy
-    from dl2ray.schedulers.dl2 import DL2Scheduler
-    from dl2ray.sim import run_episode
-
-    sim = build_simulator(cfg)
-    sched = DL2Scheduler.from_policy(numpy_policy(policy))
-    return float(np.mean([censored_avg_jct(run_episode(sim, sched, s)) for s in trace_seeds]))
-
-
-def heuristic_jct(cfg: ExperimentConfig, name: str, trace_seeds: list[int]) -> float:
-    """Average JCT (slots) of heuristic ``name`` on ``trace_seeds``, counted as in :func:`validate`."""
-    from dl2ray.experiments import build_simulator
-    from dl2ray.metrics import censored_avg_jct
-    from dl2ray.schedulers.base import make_scheduler
-    from dl2ray.sim import run_episode
-
-    sim = build_simulator(cfg)
-    runs = [censored_avg_jct(run_episode(sim, make_scheduler(name, cfg), s)) for s in trace_seeds]
-    return float(np.mean(runs))
+__all__ = [  # the records and the validation live in their own modules; re-exported here for callers
+    "ALGOS", "RLOptions", "RLResult", "Trainer", "UpdateRecord", "UpdateRow", "ValidationRow",
+    "heuristic_jct", "make_trainer", "train_rl", "validate", "write_run_json",
+]
 
 
 class Trainer:
@@ -272,8 +198,8 @@ class Trainer:
         extra = {
             "kind": "rl", "seed": self.seed, "updates": self.updates, "optimizer": self.opt.state_dict(),
             "episodes": self.episodes, "options": asdict(self.opts),
-            "rng": {k: _rng_state(getattr(self, k)) for k in ("sample_rng", "explore_rng", "replay_rng")},
-            "result": _result_doc(self.result),
+            "rng": {k: rng_state(getattr(self, k)) for k in ("sample_rng", "explore_rng", "replay_rng")},
+            "result": result_doc(self.result),
         }
         save_checkpoint(path, self.policy, self.value, self.cfg.catalogue.names, extra=extra)
 
@@ -289,12 +215,7 @@ class Trainer:
         self.episodes = int(ex["episodes"])
         for k, state in ex["rng"].items():
             getattr(self, k).bit_generator.state = state
-        r = ex["result"]
-        self.result.history = [UpdateRow(**row) for row in r["history"]]
-        self.result.validation = [ValidationRow(**row) for row in r["validation"]]
-        self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
-        self.result.wall_seconds = float(r.get("wall_seconds", 0.0))
-        self.result.updates = self.updates
+        restore_result(self.result, ex["result"], self.updates)
 
 
 def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
@@ -315,18 +236,10 @@ def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOp
     return Trainer(cfg, init, seed, opts, val_cfg=val_cfg)
 
 
-def _rng_state(rng: np.random.Generator) -> dict:
-    return dict(rng.bit_generator.state)
-
-
-def _result_doc(result: RLResult) -> dict:
-    return {**asdict(result), "best": asdict(result.best) if result.best else None}
-
-
 def train_rl(
     cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path | None,
     options: RLOptions | None = None, logdir: Path | None = None, resume: bool = False,
-    on_update: Callable[[UpdateRow, ValidationRow | None], None] | None = None,
+    on_update: Callable[[UpdateRecord, ValidationRow | None], None] | None = None,
     val_cfg: ExperimentConfig | None = None,
 ) -> tuple[Trainer, RLResult]:
     """Train until ``updates`` updates in total; see the module docstring for files written.
@@ -387,15 +300,15 @@ def write_run_json(path: Path, cfg: ExperimentConfig, trainer: Trainer) -> None:
         "options": asdict(trainer.opts),
         "config": cfg.model_dump(mode="json"),
         "train_seeds": seedsets.training(trainer.opts.traces),
-        **_result_doc(trainer.result),
+        **result_doc(trainer.result),
     }
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def _log_update(writer, row: UpdateRow) -> None:
+def _log_update(writer, row: UpdateRecord) -> None:
     if writer is not None:
-        for k in ("policy_loss", "value_loss", "entropy", "reward", "mean_value", "explored"):
-            writer.add_scalar(f"rl/{k}", getattr(row, k), row.update)
+        for k, v in scalars(row).items():
+            writer.add_scalar(f"rl/{k}", v, row.update)
 
 
 def _log_validation(writer, row: ValidationRow) -> None:

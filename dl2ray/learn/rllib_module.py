@@ -90,9 +90,9 @@ class DL2APPOTorchRLModule(DL2TorchRLModule, TargetNetworkAPI):
     _old_pi: PolicyNet
 
     def make_target_networks(self) -> None:
-        self._old_pi = make_target_network(self.pi)
+        self._old_pi = make_target_network(self.pi)  # type: ignore[assignment]  # a deep copy of self.pi
 
-    def get_target_network_pairs(self) -> list[tuple[PolicyNet, PolicyNet]]:
+    def get_target_network_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
         return [(self.pi, self._old_pi)]
 
     def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:

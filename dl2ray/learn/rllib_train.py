@@ -55,8 +55,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn import seeds as seedsets
 
 ALGOS = ("ppo", "appo", "impala")
 """RLlib algorithms a run can name: the on-policy actor-critics of RLlib 2.60, which train a

@@ -1,5 +1,5 @@
 """The shape policy's RL trainer: :mod:`dl2ray.learn.counterfactual` behind the
-:class:`~dl2ray.learn.rl.Trainer` interface that :func:`~dl2ray.learn.rl.train_rl` drives.
+:class:`~dl2ray.learn.records.Learner` interface that :func:`~dl2ray.learn.rl.train_rl` drives.
 
 ``dl2ray train rl --algo counterfactual`` (and ``experiment ablation --rl-opt
 algo=counterfactual``): the same files (``OUT.pt``, ``OUT.best.pt``,
@@ -8,13 +8,14 @@ as the paper's trainer. The network starts from ``--init`` (a shape
 checkpoint, e.g. from ``train sl --arch shape``) or from scratch
 (``policy.shape``'s widths, seeded by ``seed``).
 
-Each :class:`~dl2ray.learn.rl.UpdateRow` reports: ``policy_loss`` the
-improvement loss, ``value_loss`` the KL of the update's target (nats; there is
-no critic), ``entropy`` the tried jobs' mean policy entropy, ``reward`` the
+Each update is a :class:`~dl2ray.learn.records.CounterfactualRow`: ``policy_loss`` the
+improvement loss, ``kl`` the KL of the update's target (nats; there is no
+critic), ``entropy`` the tried jobs' mean policy entropy, ``reward`` the
 mean slot reward (−jobs in the system) of the greedy training episodes,
-``mean_value`` the mean over tries of the best row's gain over the greedy
-row (job-slots), ``new_steps`` the tries, ``new_slots`` the slots and
-``explored`` the rollouts simulated.
+``mean_gain`` the mean over tries of the best row's gain over the greedy
+row (job-slots), ``tries``, ``slots`` and ``rollouts`` simulated. (Runs
+written before the two record types were told apart hold these in an
+``UpdateRow``'s fields: ``value_loss`` the KL, ``mean_value`` the gain.)
 
 Random streams: network initialisation (from scratch) from ``seed``; the tried
 jobs and rows from a generator seeded by ``[seed, 1]``.
@@ -31,7 +32,16 @@ import torch
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.counterfactual import CounterfactualCollector, improve_policy
-from dl2ray.learn.rl import RLOptions, RLResult, UpdateRow, ValidationRow, _result_doc, _rng_state, validate
+from dl2ray.learn.records import (
+    CounterfactualRow,
+    RLOptions,
+    RLResult,
+    ValidationRow,
+    restore_result,
+    result_doc,
+    rng_state,
+)
+from dl2ray.learn.validation import validate
 from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import (
@@ -71,15 +81,15 @@ class ShapeTrainer:
     def episodes(self) -> int:
         return self.collector.episodes
 
-    def update(self) -> UpdateRow:
+    def update(self) -> CounterfactualRow:
         """Collect one update's tries (greedy episodes, counterfactual rollouts), then improve."""
         s = self.cfg.policy.shape
         data = self.collector.collect(NumpyShapePolicy(self.policy), s.slots_per_update)
         st = improve_policy(self.policy, self.opt, data, s.epochs, s.kl, s.entropy_weight,
                             self.sample_rng if self.opts.zero_advantage else None, s.trust)
         self.updates += 1
-        row = UpdateRow(self.updates, st.loss, st.kl, st.entropy, data.reward, st.mean_gain, len(data.tries),
-                        len(data.slots), data.rollouts)
+        row = CounterfactualRow(self.updates, st.loss, st.kl, st.entropy, data.reward, st.mean_gain,
+                                len(data.tries), len(data.slots), data.rollouts)
         self.result.history.append(row)
         self.result.updates = self.updates
         return row
@@ -92,7 +102,7 @@ class ShapeTrainer:
     def save(self, path: Path) -> None:
         extra = {"kind": "rl", "seed": self.seed, "updates": self.updates,
                  "optimizer": self.opt.state_dict(), "episodes": self.episodes, "options": asdict(self.opts),
-                 "rng": {"sample_rng": _rng_state(self.sample_rng)}, "result": _result_doc(self.result)}
+                 "rng": {"sample_rng": rng_state(self.sample_rng)}, "result": result_doc(self.result)}
         save_shape_checkpoint(path, self.policy, self.cfg.catalogue.names, extra=extra)
 
     def restore(self, path: Path) -> None:
@@ -106,9 +116,4 @@ class ShapeTrainer:
         self.updates = int(ex["updates"])
         self.collector.episodes = int(ex["episodes"])
         self.sample_rng.bit_generator.state = ex["rng"]["sample_rng"]
-        r = ex["result"]
-        self.result.history = [UpdateRow(**row) for row in r["history"]]
-        self.result.validation = [ValidationRow(**row) for row in r["validation"]]
-        self.result.baseline_avg_jct = float(r["baseline_avg_jct"])
-        self.result.wall_seconds = float(r.get("wall_seconds", 0.0))
-        self.result.updates = self.updates
+        restore_result(self.result, ex["result"], self.updates)

@@ -132,8 +132,8 @@ class ShapeSearchCollector(ImprovementCollector):
         q0 = q = self._evaluate(sim, snap, view, tasks, policy)
         assert q is not None  # the greedy counts rebuild exactly
         for _ in range(self.rounds):
-            scored = [(m, self._evaluate(sim, snap, view, m, policy)) for m in shape_moves(view, tasks)]
-            scored = [(m, v) for m, v in scored if v is not None]
+            evaluated = [(m, self._evaluate(sim, snap, view, m, policy)) for m in shape_moves(view, tasks)]
+            scored = [(m, v) for m, v in evaluated if v is not None]
             if not scored:
                 break
             if self.select == "best":

@@ -6,7 +6,7 @@
    cap mask, and as label the menu row nearest (in log space) to the
    ``(workers, PS)`` the teacher gave the job (wait for a job it left out).
 2. **Train** (:func:`train`): label-smoothed cross-entropy of the masked
-   per-job logits (:func:`dl2ray.learn.sl.smoothed_cross_entropy`), Adam,
+   per-job logits (:func:`dl2ray.learn.supervised.smoothed_cross_entropy`), Adam,
    minibatches of ``policy.sl_batch_size`` *jobs'* decisions worth of slots.
    The label carries both what a job gets and (through the wait row) whether
    it is run at all, which is what orders the jobs at decision time (run odds).
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.sl import EpochStats, _simulators, smoothed_cross_entropy
+from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
 from dl2ray.policy.shape import ShapeEncoding, cap_mask, job_features
 from dl2ray.policy.shape_net import ShapePolicyNet
 from dl2ray.view import ClusterView
@@ -61,7 +61,7 @@ def record(cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_
 
     enc = ShapeEncoding.from_config(cfg)
     out: list[SlotSample] = []
-    for sim, seed in _simulators(cfg, trace_seeds, traces):
+    for sim, seed in simulators(cfg, trace_seeds, traces):
         sched = make_scheduler(teacher, cfg)
         view = sim.reset(seed)
         if hasattr(sched, "reset"):

@@ -25,7 +25,7 @@ only the simulator's noise).
    accuracy (greedy masked action == teacher action). At the end: average JCT
    of the greedy SL policy and of the teacher on the validation traces.
 
-Traces come only from :mod:`dl2ray.learn.seeds` (training for data,
+Traces come only from :mod:`dl2ray.seeds` (training for data,
 validation for the report); the run's ``seed`` drives network initialisation
 and shuffling only.
 """
@@ -42,8 +42,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn import seeds as seedsets
+from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import PolicyNet, ValueNet, build_networks, save_checkpoint
@@ -65,18 +66,6 @@ class Dataset:
         return int(self.actions.shape[0])
 
 
-def _simulators(cfg: ExperimentConfig, trace_seeds: Sequence[int], traces: Sequence[Trace] | None):
-    """``(simulator, seed)`` per run: generated traces by seed, or the fixed ``traces`` (seed: noise only)."""
-    from dl2ray.experiments import build_simulator
-
-    world = cfg.policy.train_world
-    if traces is None:
-        sim = build_simulator(cfg, world=world)
-        return [(sim, seed) for seed in trace_seeds]
-    return [(build_simulator(cfg, t, world=world), seed)
-            for t, seed in zip(traces, trace_seeds, strict=False)]
-
-
 def record(
     cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_slots: int,
     on_trace: Callable[[], None] | None = None, traces: Sequence[Trace] | None = None,
@@ -89,7 +78,7 @@ def record(
     enc = Encoding.from_config(cfg)
     states, masks, actions, short = [], [], [], 0
     returns: list[float] = []
-    for sim, seed in _simulators(cfg, trace_seeds, traces):
+    for sim, seed in simulators(cfg, trace_seeds, traces):
         sched = make_scheduler(teacher, cfg)
         view = sim.reset(seed)
         if hasattr(sched, "reset"):
@@ -120,15 +109,6 @@ def record(
                    np.asarray(returns, np.float32), short)
 
 
-@dataclass
-class EpochStats:
-    epoch: int
-    loss: float
-    accuracy: float
-    val_loss: float
-    val_accuracy: float
-
-
 def evaluate(policy: PolicyNet, data: Dataset, batch: int = 4096) -> tuple[float, float]:
     """Mean cross-entropy and greedy-action accuracy of ``policy`` on ``data``."""
     if len(data) == 0:
@@ -143,20 +123,6 @@ def evaluate(policy: PolicyNet, data: Dataset, batch: int = 4096) -> tuple[float
             loss += float(F.cross_entropy(logits, a, reduction="sum"))
             correct += int((logits.argmax(dim=1) == a).sum())
     return loss / len(data), correct / len(data)
-
-
-def smoothed_cross_entropy(logits: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor,
-                           eps: float) -> torch.Tensor:
-    """``mean_i [−(1−ε)·log π(a_i|s_i) − ε·mean_{a allowed} log π(a|s_i)]`` over the masked softmax.
-
-    ``logits`` (N, A) already masked (−inf where ``masks`` is False), ``actions`` (N,).
-    """
-    logp = torch.log_softmax(logits, dim=-1)
-    chosen = logp.gather(1, actions[:, None]).squeeze(1)
-    if eps == 0:
-        return -chosen.mean()
-    allowed = torch.where(masks, logp, torch.zeros_like(logp)).sum(1) / masks.sum(1)
-    return (-(1 - eps) * chosen - eps * allowed).mean()
 
 
 def train(
@@ -212,7 +178,7 @@ def compare_jct(cfg: ExperimentConfig, policy, teacher: str, trace_seeds: Sequen
 
     fast = numpy_policy(policy)
     per_trace = []
-    for sim, seed in _simulators(cfg, trace_seeds, traces):
+    for sim, seed in simulators(cfg, trace_seeds, traces):
         mine_run = run_episode(sim, DL2Scheduler.from_policy(fast), seed)
         theirs_run = run_episode(sim, make_scheduler(teacher, cfg), seed)
         mine = summarize_run(mine_run)
@@ -333,7 +299,7 @@ def _fit_paper(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, 
 def _fit_shape(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, on_trace: Callable[[], None],
                on_epoch: Callable[[EpochStats], None]) -> _Fitted:
     """The shape architecture: per-job menu rows (:mod:`dl2ray.learn.shape_sl`), no value network."""
-    from dl2ray.learn import shape_sl  # it imports this module
+    from dl2ray.learn import shape_sl
     from dl2ray.policy.shape import ShapeEncoding
     from dl2ray.policy.shape_net import build_shape_policy, save_shape_checkpoint
 

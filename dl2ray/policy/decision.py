@@ -166,7 +166,7 @@ def decide_slot(
 # The same loop as run_decision + SlotState + Placer + PolicyChooser, on arrays:
 # per-job arrays from JobArrays; nodes = (capacity, free, 1/capacity as (N, 3) float64,
 # placement sign); per distinct demand a tournament tree whose root is the node
-# Placer.peek would return, updated in O(log N) per placement (_build_trees). Each
+# Placer.peek would return, updated in O(log N) per placement (build_trees). Each
 # helper names the Python code it mirrors; the float operations are the same, in the
 # same order, so masks and features are identical.
 
@@ -200,10 +200,10 @@ def _decide_compiled(view: ClusterView, enc: Encoding, chooser: PolicyChooser, r
     if record:
         states, masks = states[:inferences].copy(), masks[:inferences].copy()
         steps = [Step(states[t], masks[t], a) for t, a in enumerate(actions[:inferences].tolist())]
-    return Decision(_allocation(view, placed[:n_placed]), steps, inferences)
+    return Decision(placed_allocation(view, placed[:n_placed]), steps, inferences)
 
 
-def _allocation(view: ClusterView, placed: np.ndarray) -> Allocation:
+def placed_allocation(view: ClusterView, placed: np.ndarray) -> Allocation:
     """As :meth:`Placer.allocation` (and :class:`OptimusPlacer`'s) after placing ``placed``.
 
     ``placed``: rows ``(job index in view.jobs, WORKER or PS, node)`` in placement order.
@@ -254,7 +254,7 @@ def _pull(score, node, k, v):
 
 
 @njit(cache=True)
-def _set_leaf(trees, nodes, dem, k, n):
+def set_leaf(trees, nodes, dem, k, n):
     """Node ``n``'s leaf in tree ``k`` from its free capacity now, and the path above it."""
     cap, free, inv, sign = nodes
     score, node = trees
@@ -270,7 +270,7 @@ def _set_leaf(trees, nodes, dem, k, n):
 
 
 @njit(cache=True)
-def _build_trees(nodes, dem):
+def build_trees(nodes, dem):
     """Per demand k, a tournament tree whose root ``node[k, 1]`` is Placer.peek's node (-1: none).
 
     ``score``/``node`` (K, 2S), S ≥ N a power of two; leaf ``S + n`` is node
@@ -293,7 +293,7 @@ def _build_trees(nodes, dem):
 
 
 @njit(cache=True)
-def _place(nodes, dem, trees, key):
+def place_task(nodes, dem, trees, key):
     """Placer.place of one task of demand ``dem[key]``: its node, or -1."""
     n = trees[1][key, 1]
     if n >= 0:
@@ -301,7 +301,7 @@ def _place(nodes, dem, trees, key):
         for r in range(3):
             free[n, r] -= dem[key, r]
         for k in range(dem.shape[0]):  # only node n changed
-            _set_leaf(trees, nodes, dem, k, n)
+            set_leaf(trees, nodes, dem, k, n)
     return n
 
 
@@ -415,7 +415,7 @@ def _head(pre1, ws, bs, even, odd):
 
 
 @njit(cache=True)
-def _greedy(logits, mask):
+def greedy_compiled(logits, mask):
     """greedy_masked: first index of the largest allowed logit."""
     best, best_v = 0, -np.inf
     for a in range(logits.shape[0]):
@@ -435,7 +435,7 @@ def _gumbel(rng):
 
 
 @njit(cache=True)
-def _sample(logits, mask, rng):
+def sample_compiled(logits, mask, rng):
     """sample_masked: argmax of ``logits + G`` over allowed actions, G drawn for every action in order."""
     best, best_v = 0, -np.inf
     for a in range(logits.shape[0]):
@@ -449,8 +449,8 @@ def _sample(logits, mask, rng):
 @njit(cache=True)
 def _choose(logits, mask, rng):
     if rng is None:
-        return _greedy(logits, mask)
-    return _sample(logits, mask, rng)
+        return greedy_compiled(logits, mask)
+    return sample_compiled(logits, mask, rng)
 
 
 @njit(cache=True)
@@ -458,7 +458,7 @@ def _apply(kind, g, counts, nodes, dem, trees, jobs, placed, n_placed):
     """SlotState.apply's placement for job row ``g``: rows added to ``placed``; -1 if the placer refused."""
     for role, key, wanted in ((WORKER, jobs[3][g], kind != PS), (PS, jobs[4][g], kind != WORKER)):
         if wanted:
-            node = _place(nodes, dem, trees, key)
+            node = place_task(nodes, dem, trees, key)
             if node < 0:
                 return -1
             placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
@@ -480,7 +480,7 @@ def _decide_kernel(static, jobs, dem, share_scale, nodes, net, rng, record, stat
     w1, b1, ws, bs = net
     n_windows, J = static.shape[0], static.shape[1]
     K = dem.shape[0]
-    trees = _build_trees(nodes, dem)
+    trees = build_trees(nodes, dem)
     counts = np.zeros((n_windows * J, 2), np.int64)
     mask = np.zeros(3 * J + 1, np.bool_)
     pair_fits = np.empty((K, K), np.int8)

@@ -88,7 +88,14 @@ import numpy as np
 from numba import njit
 
 from dl2ray.cluster import placement_sign
-from dl2ray.policy.decision import _allocation, _build_trees, _greedy, _place, _sample, _set_leaf
+from dl2ray.policy.decision import (
+    build_trees,
+    greedy_compiled,
+    place_task,
+    placed_allocation,
+    sample_compiled,
+    set_leaf,
+)
 from dl2ray.view import Allocation, ClusterView
 
 JOB_EXTRA = 8
@@ -354,17 +361,17 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     fj, fa = forced if forced is not None else (-1, -1)
     n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, wkey, pkey,
                              dem, nodes, rng, fj, fa, enc.work_conserving, masks, actions, tasks, placed)
-    return ShapeDecision(_allocation(view, placed[:n_placed]), order, masks, actions, tasks)
+    return ShapeDecision(placed_allocation(view, placed[:n_placed]), order, masks, actions, tasks)
 
 
 @njit(cache=True)
 def _unplace(nodes, dem, trees, key, n):
-    """Give back one task of demand ``dem[key]`` on node ``n`` (the inverse of ``_place``)."""
+    """Give back one task of demand ``dem[key]`` on node ``n`` (the inverse of ``place_task``)."""
     free = nodes[1]
     for r in range(3):
         free[n, r] += dem[key, r]
     for k in range(dem.shape[0]):
-        _set_leaf(trees, nodes, dem, k, n)
+        set_leaf(trees, nodes, dem, k, n)
 
 
 @njit(cache=True)
@@ -386,7 +393,7 @@ def _fill_mask(mask, caps_row, shapes, wd, pd, total, conserving):
 @njit(cache=True)
 def _place_role(nodes, dem, trees, key, g, role, placed, n_placed):
     """One task of job ``g`` in ``role``: ``(rows of placed, placed?)``."""
-    node = _place(nodes, dem, trees, key)
+    node = place_task(nodes, dem, trees, key)
     if node < 0:
         return n_placed, False
     placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
@@ -421,7 +428,7 @@ def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forc
                   conserving, masks, actions, tasks, placed):
     """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
     (``(job index, role, node)`` in placement order)."""
-    trees = _build_trees(nodes, dem)
+    trees = build_trees(nodes, dem)
     free = nodes[1]
     total = np.zeros(3)
     for r in range(3):
@@ -435,9 +442,9 @@ def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forc
         if g == forced_job and masks[g, forced_row]:
             a = forced_row
         elif g == forced_job or rng is None:
-            a = _greedy(logits[g], masks[g])
+            a = greedy_compiled(logits[g], masks[g])
         else:
-            a = _sample(logits[g], masks[g], rng)
+            a = sample_compiled(logits[g], masks[g], rng)
         actions[g] = a
         n_placed, w, p = _place_shape(nodes, dem, trees, wkey[g], pkey[g], g, shapes[a, 0], shapes[a, 1],
                                       placed, n_placed)

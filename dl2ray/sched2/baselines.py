@@ -102,7 +102,9 @@ class ListScheduler:
                 self._delays[job.job_id] = self._delays.get(job.job_id, 0) + 1
                 passed.add(job.job_id)
                 continue
-            tasks[job.job_id] = Tasks(job.fixed_tasks.workers, job.fixed_tasks.ps)
+            size = job.fixed_tasks
+            assert size is not None  # a gang job has one size
+            tasks[job.job_id] = Tasks(size.workers, size.ps)
             placement[job.job_id] = pl
             free = free - usage_of(view.capacity, [job], lambda _j, pl=pl: pl)
             waiting.remove(job)

@@ -71,8 +71,8 @@ def train_sched2(
     optionally warm-started by imitating a baseline (``--warm-start saf``) and improved by
     rollouts (``--rollout-iters``) before the DQN episodes."""
     from dl2ray.config import load_config
-    from dl2ray.sched2.dqn import DQNSettings, train
     from dl2ray.sched2.imitation import TEACHERS, ImitationSettings
+    from dl2ray.sched2.train import DQNSettings, train
 
     if warm_start is not None and warm_start not in TEACHERS:
         raise UserError(f"--warm-start: unknown teacher {warm_start!r} (one of {', '.join(TEACHERS)})")

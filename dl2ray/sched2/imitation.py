@@ -181,7 +181,7 @@ class ImitationSettings:
     teacher: str = "saf"
     epochs: int = 30
     traces: int = 4
-    """Training traces the teacher is recorded on (training seeds from ``dqn.DEMO_OFFSET``)."""
+    """Training traces the teacher is recorded on (training seeds from ``dl2ray.sched2.dqn.DEMO_OFFSET``)."""
     lr: float = 1e-3
     batch: int = 128
     margin: float = 0.8

@@ -37,13 +37,13 @@ def build_qnet(shape: Sched2Shape, hidden: tuple[int, int, int] | None = None, s
         from dl2ray.sched2.jobwise import build_jobwise
 
         return build_jobwise(shape, hidden or JOBWISE_HIDDEN, seed)
-    hidden = hidden or HIDDEN
+    sizes: tuple[int, int, int] = hidden or HIDDEN
 
     class QNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            hs, hj, h = hidden
-            self.shape, self.hidden = shape, hidden
+            hs, hj, h = sizes
+            self.shape, self.hidden = shape, sizes
             self.server = nn.Linear(shape.gpus, hs)
             self.jobs = nn.Linear(shape.job_dim, hj)
             self.joint = nn.Linear(shape.servers * hs + hj, h)

@@ -119,7 +119,8 @@ def label_trace(
             if m.sum() >= 2:
                 choices.append((snap, view, s, m))
         view = sim.step(alloc).view
-    picked = rng.choice(len(choices), size=min(st.points, len(choices)), replace=False) if choices else []
+    picked: np.ndarray | list[int] = (
+        rng.choice(len(choices), size=min(st.points, len(choices)), replace=False) if choices else [])
     states, masks, actions, gains = [], [], [], []
     for k in sorted(int(i) for i in picked):
         snap, v, s, m = choices[k]
@@ -147,7 +148,7 @@ def improve(learner, train_cfg, shape, st: RolloutSettings, demos, val_demos, se
     Yields one log row per round (labels, labels that differ from π's action, gains), after the
     refit, so that the caller validates ``learner.weights()`` then.
     """
-    from dl2ray.learn import seeds
+    from dl2ray import seeds
     from dl2ray.sched2.imitation import Demos, ImitationSettings, imitate
     from dl2ray.sched2.qnet import numpy_qnet
 

@@ -1,12 +1,14 @@
-"""Registers the built-in schedulers under their CLI names (imported lazily)."""
+"""Registers the built-in schedulers under their CLI names (imported lazily). The registry
+(:mod:`dl2ray.schedulers.base`) hands in its ``register``: this module sits below it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dl2ray.errors import UserError
-from dl2ray.schedulers.base import register
 
 
-def register_builtin() -> None:
+def register_builtin(register: Callable[..., None]) -> None:
     def drf():
         from dl2ray.schedulers.drf import DRF
 
@@ -41,26 +43,8 @@ def register_builtin() -> None:
         return lambda arg, cfg: DL2Scheduler(arg, cfg)
 
     register("dl2", dl2)
-
-    # gang mode (dl2ray.gang): SCHED²'s job-selection baselines and its DQN, Harmony's placements
-    for name in ("sif", "dsif", "saf", "lrf", "spf", "fifo-gang"):
-        register(name, _gang_baseline(name))
-
-    def sched2():
-        from dl2ray.sched2.scheduler import load
-
-        return load
-
-    register("sched2", sched2)
-    def harmony():
-        from dl2ray.harmony.policy import load as load_harmony
-
-        return load_harmony
-
-    register("harmony", harmony)
-    register("harmony-planner", _harmony_planner)
-    for name in ("lb-place", "tetris-place", "lif-linear", "random-place", "pack-place"):
-        register(name, _harmony_baseline(name))
+    # SCHED², Harmony and their gang-mode baselines sit above the registry: the dl2ray.schedulers entry
+    # points (pyproject.toml) name them, as they name serve:URL.
 
 
 def _optimus():
@@ -100,26 +84,4 @@ def _sized(module: str, requested: bool):
 
         cls = getattr(import_module(f"dl2ray.schedulers.{module}"), _SIZED[module])
         return lambda arg, cfg: cls(requested)
-    return load
-
-
-def _gang_baseline(name: str):
-    def load():
-        from dl2ray.sched2.baselines import factory
-
-        return factory(name)
-    return load
-
-
-def _harmony_planner():
-    from dl2ray.harmony.planner import load
-
-    return load
-
-
-def _harmony_baseline(name: str):
-    def load():
-        from dl2ray.harmony.baselines import factory
-
-        return factory(name)
     return load

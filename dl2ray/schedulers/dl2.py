@@ -17,6 +17,8 @@ the checkpoint, lazily, so this package stays importable without it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from dl2ray.errors import UserError
@@ -52,7 +54,8 @@ class DL2Scheduler:
         from dl2ray.policy.shape import ShapeEncoding
 
         self.policy, self.enc = policy, policy.enc
-        self.arch = "shape" if isinstance(self.enc, ShapeEncoding) else "paper"  # the policy's architecture
+        # the policy's architecture
+        self.arch: Literal["paper", "shape"] = "shape" if isinstance(self.enc, ShapeEncoding) else "paper"
         self.greedy, self._seed = greedy, seed
         self._rng = np.random.default_rng(seed)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from dl2ray.schedulers.base import dominant_share
+from dl2ray.schedulers.bundles import dominant_share
 from dl2ray.view import Allocation, ClusterView
 
 

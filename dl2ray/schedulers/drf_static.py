@@ -20,7 +20,7 @@ which re-divides the whole cluster every slot.
 
 from __future__ import annotations
 
-from dl2ray.schedulers.base import dominant_share, fill_bundles
+from dl2ray.schedulers.bundles import dominant_share, fill_bundles
 from dl2ray.view import Allocation, ClusterView, JobView
 
 

@@ -11,7 +11,7 @@ DL2 code did.
 
 from __future__ import annotations
 
-from dl2ray.schedulers.base import bundle_limit, fill_bundles
+from dl2ray.schedulers.bundles import bundle_limit, fill_bundles
 from dl2ray.view import Allocation, ClusterView
 
 

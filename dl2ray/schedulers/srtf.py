@@ -14,7 +14,7 @@ from observed speeds, as SRTF is defined.
 
 from __future__ import annotations
 
-from dl2ray.schedulers.base import bundle_limit, fill_bundles
+from dl2ray.schedulers.bundles import bundle_limit, fill_bundles
 from dl2ray.schedulers.observed import RemainingTime
 from dl2ray.view import Allocation, ClusterView
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 
-from dl2ray.schedulers.base import bundle_limit
+from dl2ray.schedulers.bundles import bundle_limit
 from dl2ray.schedulers.observed import RemainingTime
 from dl2ray.view import Allocation, ClusterView, JobView
 

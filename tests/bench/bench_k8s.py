@@ -41,9 +41,12 @@ sys.path.insert(0, str(HERE.parent / "k8s"))
 import kubernetes  # noqa: E402
 from emulator import Emulator, node, with_uid  # noqa: E402
 
-from clusters import k8s_objects as ko  # noqa: E402
-from clusters.k8s_backend import Coordinators, KubeApi, KubernetesBackend  # noqa: E402
-from clusters.k8s_config import K8sSettings  # noqa: E402
+from clusters.agent.views import job_id_of  # noqa: E402
+from clusters.k8s import objects as ko  # noqa: E402
+from clusters.k8s.api import KubeApi  # noqa: E402
+from clusters.k8s.backend import KubernetesBackend  # noqa: E402
+from clusters.k8s.config import K8sSettings  # noqa: E402
+from clusters.k8s.world import Coordinators  # noqa: E402
 from dl2ray.config import load_config  # noqa: E402
 from dl2ray.jobspec import JobSpec  # noqa: E402
 from dl2ray.view import Allocation, Tasks  # noqa: E402
@@ -219,7 +222,7 @@ def run(jobs: int, workers: int, separate: bool = True, fresh_log_every: int | N
             coordinators=ledger,
         )
         ledger.backend = backend
-        ids = [ko.job_id_of(f"job-{j:03d}") for j in range(jobs)]
+        ids = [job_id_of(f"job-{j:03d}") for j in range(jobs)]
         rows = []
         for name, w in (
             ("start", workers),

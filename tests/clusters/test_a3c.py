@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
+from support import wait_for
 
-from clusters.a3c import A3COptions, A3CRun, GlobalPolicyImpl
-from clusters.backend import ClusterBackend
-from clusters.sim_backend import SimBackend
-from dl2ray.learn import seeds
+from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
+from clusters.a3c.sim_backend import SimBackend
+from clusters.a3c.training import A3CRun
+from clusters.agent.backend import ClusterBackend
+from dl2ray import seeds
 from dl2ray.learn.rl import UpdateRow
 
 OPTS = A3COptions(agents=2, traces=6, checkpoint_every=2, val_every=None)
@@ -68,14 +68,10 @@ def test_resume_continues_count_history_and_weights(tiny, tmp_path) -> None:
     assert GlobalPolicyImpl(tiny, None, 0, out, OPTS, resume=True).stats()["updates"] == 0
 
 
-def _stats_after_restart(ray, gp, tries: int = 600) -> dict:
+def _stats_after_restart(ray, gp) -> dict:
     """``stats()`` of the restarted actor (ray.kill is asynchronous: the old one may still answer)."""
-    for _ in range(tries):
-        st = ray.get(gp.stats.remote())
-        if st["resumed"]:
-            return st
-        time.sleep(0.1)
-    raise AssertionError("the GlobalPolicy did not come back from its checkpoint")
+    return wait_for("the GlobalPolicy to come back from its checkpoint",
+                    lambda: (st := ray.get(gp.stats.remote()))["resumed"] and st, poll_s=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +83,7 @@ def a3c_run(ray_session, tiny, tmp_path_factory):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_two_agents_train_and_survive_a_killed_agent(ray_session, a3c_run) -> None:
     ray, run = ray_session, a3c_run
     first = run.train(4)
@@ -102,6 +99,7 @@ def test_two_agents_train_and_survive_a_killed_agent(ray_session, a3c_run) -> No
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_restarted_global_policy_resumes_from_its_checkpoint(ray_session, a3c_run) -> None:
     ray, run = ray_session, a3c_run
     run.train(run.updates() + 2)

@@ -46,6 +46,7 @@ def test_bad_agent_options_exit_2_with_one_line(capsys, tmp_path, argv, message)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_single_process_checkpoint(capsys, tmp_path, tiny, tiny_yaml) -> None:
     from dl2ray.learn.rl import RLOptions, train_rl
 
@@ -57,6 +58,7 @@ def test_resume_refuses_a_single_process_checkpoint(capsys, tmp_path, tiny, tiny
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_train_rl_with_two_agents_end_to_end(capsys, tmp_path, tiny_yaml, ray_session) -> None:
     """In-process on the session's Ray: exact update count, validation rows, best/JSON/TensorBoard files.
 

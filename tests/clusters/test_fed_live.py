@@ -17,8 +17,9 @@ import yaml
 from support import run_cli, wait_for
 from test_federation import _Direct, _fed_file, learner  # noqa: F401  (the learner fixture)
 
-from clusters.fed_config import load_federation
-from clusters.federation import LinkDown, member_specs
+from clusters.federation.config import load_federation
+from clusters.federation.links import LinkDown
+from clusters.federation.members import member_specs
 from dl2ray.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +57,8 @@ class _Down:
 
 def _policy(learner, mode, link=None, **spec):  # noqa: F811
     """Member a's FederatedLivePolicy in ``mode`` over ``link`` (default: straight to the plain learner)."""
-    from clusters.fed_live import FederatedLivePolicy
-    from clusters.federation import MemberSpec
+    from clusters.federation.live import FederatedLivePolicy
+    from clusters.federation.members import MemberSpec
 
     gp, _, cfg = learner
     fed_spec = MemberSpec("a", 0, mode, [0], [1_000_000], 5, spec.pop("pull_interval_s", 60.0), 0, **spec)
@@ -66,8 +67,8 @@ def _policy(learner, mode, link=None, **spec):  # noqa: F811
 
 def _run(policy, cfg, slots: int, seed: int = 7):
     """``slots`` slots of a simulated cluster scheduled by ``policy`` (a live cluster's stand-in)."""
-    from clusters.guard import violation
-    from clusters.sim_backend import SimBackend
+    from clusters.a3c.sim_backend import SimBackend
+    from clusters.agent.guard import violation
 
     be = SimBackend.from_config(cfg)
     view = be.reset(seed)
@@ -118,7 +119,7 @@ def _numpy_of(gp):
 
 
 def test_an_unreachable_learner_falls_back_first_then_keeps_the_weights_it_has(learner):  # noqa: F811
-    from clusters.guard import GuardedScheduler
+    from clusters.agent.guard import GuardedScheduler
     from dl2ray.schedulers.base import make_scheduler
 
     gp, _, cfg = learner
@@ -143,7 +144,7 @@ def test_an_unreachable_learner_falls_back_first_then_keeps_the_weights_it_has(l
 
 
 def test_live_members_load_with_the_learners_policy(tmp_path, tiny_yaml):
-    from clusters.fed_config import live_member_config
+    from clusters.federation.config import live_member_config
 
     kube = tmp_path / "kubeconfig"
     path = _fed_file(tmp_path, tiny_yaml)
@@ -234,9 +235,9 @@ def live_fed(ray_session, tmp_path, tiny_yaml):
 
 
 def _cleanup(ray, fed):
-    from clusters.fed_deploy import names
-    from clusters.federation import NAMESPACE
-    from clusters.ray_backend import list_hosts
+    from clusters.federation.deploy import names
+    from clusters.ray.backend import list_hosts
+    from clusters.runtime import NAMESPACE
 
     for name in names(fed).values():
         with contextlib.suppress(ValueError):
@@ -252,8 +253,8 @@ def _cleanup(ray, fed):
 def test_ray_member_pushes_live_gradients_shows_in_status_and_stops(live_fed, capsys):
     from test_live import small_spec
 
-    from clusters.fed_deploy import down, status, up
-    from clusters.federation import NAMESPACE
+    from clusters.federation.deploy import down, status, up
+    from clusters.runtime import NAMESPACE
 
     ray, path = live_fed
     res = up(path, wait_s=240)
@@ -261,7 +262,7 @@ def test_ray_member_pushes_live_gradients_shows_in_status_and_stops(live_fed, ca
     agent = ray.get_actor("fed-test-agent", namespace=NAMESPACE)  # the cluster's agent, by its live name
     assert ray.get(agent.submit.remote(small_spec("fed-a", epochs=12).model_dump(mode="json")))["ok"]
     st = wait_for("a live gradient at the learner",
-                  lambda: (s := status(path))["members"][0]["updates"] >= 1 and s, timeout_s=300, poll_s=1)
+                  lambda: (s := status(path))["members"][0]["updates"] >= 1 and s, poll_s=1)
     m = st["members"][0]
     assert m["backend"] == "ray" and m["where"] == "learner's Ray (actor)" and m["joins"] == 1
     assert m["last_contact_s"] is not None and m["staleness"] == 0 and m["dropped"] == 0

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from support import CONFIGS
 
-from clusters.guard import DecisionLog, GuardedScheduler, violation
-from clusters.report import allocation_difference, live_report
+from clusters.agent.guard import DecisionLog, GuardedScheduler, violation
+from clusters.agent.report import allocation_difference, live_report
 from dl2ray.config import load_config
 from dl2ray.errors import Refused
 from dl2ray.experiments import build_simulator

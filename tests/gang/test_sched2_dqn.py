@@ -89,7 +89,7 @@ def test_learned_scheduler_invariants_and_determinism(sched2_cfg, seed):
 
 def test_train_writes_a_checkpoint_that_compare_can_load(sched2_cfg, tmp_path):
     from dl2ray.experiments import RunSpec, run_one
-    from dl2ray.sched2.dqn import DQNSettings, train
+    from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 25})})
     out = tmp_path / "s.pt"
@@ -136,7 +136,7 @@ def test_teacher_labels_are_what_saf_does_by_hand(sched2_cfg):
 
 
 def test_demos_chain_into_replay_transitions(sched2_cfg):
-    from dl2ray.learn import seeds
+    from dl2ray import seeds
     from dl2ray.sched2.imitation import record_demos
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 20})})
@@ -152,9 +152,9 @@ def test_demos_chain_into_replay_transitions(sched2_cfg):
 def test_imitation_makes_the_greedy_policy_follow_the_teacher(sched2_cfg, tmp_path):
     from dataclasses import fields
 
-    from dl2ray.learn import seeds
-    from dl2ray.sched2.dqn import DQNSettings, train
+    from dl2ray import seeds
     from dl2ray.sched2.imitation import Demos, ImitationSettings, accuracy, record_demos
+    from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 40})})
     st = DQNSettings(episodes=0, window=4, val_traces=2, seed=0)
@@ -241,8 +241,8 @@ def test_jobwise_state_carries_the_placement_each_job_would_get_now(sched2_cfg):
 
 def test_jct_reward_sums_to_minus_the_total_jct(sched2_cfg):
     """The DQN's jct reward over an episode = −jct_scale × Σ_jobs JCT in hours."""
+    from dl2ray import seeds
     from dl2ray.experiments import build_simulator
-    from dl2ray.learn import seeds
     from dl2ray.sched2.imitation import record_demos
     from dl2ray.sim import run_episode
 
@@ -295,7 +295,7 @@ def test_rollout_cost_replays_the_run_from_a_snapshot(sched2_cfg):
 
 
 def test_rollout_labels_are_allowed_and_only_move_for_a_real_gain(sched2_cfg):
-    from dl2ray.learn import seeds
+    from dl2ray import seeds
     from dl2ray.sched2.qnet import numpy_qnet
     from dl2ray.sched2.rollout import RolloutSettings, label_trace
 
@@ -315,9 +315,9 @@ def test_rollout_labels_are_allowed_and_only_move_for_a_real_gain(sched2_cfg):
 
 
 def test_train_with_rollout_rounds_validates_each_round(sched2_cfg, tmp_path):
-    from dl2ray.sched2.dqn import DQNSettings, train
     from dl2ray.sched2.imitation import ImitationSettings
     from dl2ray.sched2.rollout import RolloutSettings
+    from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 30})})
     st = DQNSettings(episodes=0, window=6, arch="jobwise", val_traces=1, seed=0)
@@ -343,10 +343,10 @@ def test_cli_refuses_rollouts_without_a_warm_start(capsys, tmp_path):
 
 
 def test_dagger_labels_the_students_own_states_with_the_teachers_choice(sched2_cfg, tmp_path):
-    from dl2ray.learn import seeds
-    from dl2ray.sched2.dqn import DQNSettings, train
+    from dl2ray import seeds
     from dl2ray.sched2.imitation import ImitationSettings, student_demos
     from dl2ray.sched2.qnet import numpy_qnet
+    from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 30})})
     shape = Sched2Shape.from_config(cfg, window=6, arch="jobwise")

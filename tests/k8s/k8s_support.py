@@ -9,9 +9,11 @@ import kubernetes
 from emulator import Emulator, with_uid
 from kubelet import TestKubelet
 
-from clusters import k8s_objects as ko
-from clusters.k8s_backend import KubeApi, KubernetesBackend
-from clusters.k8s_config import K8sSettings
+from clusters.agent.views import job_id_of
+from clusters.k8s import objects as ko
+from clusters.k8s.api import KubeApi
+from clusters.k8s.backend import KubernetesBackend
+from clusters.k8s.config import K8sSettings
 from dl2ray.config import load_config
 from dl2ray.jobspec import JobSpec
 from dl2ray.view import Allocation, JobPlacement, Tasks
@@ -149,11 +151,11 @@ class Cluster:
         nodes)}``); returns (view, report)."""
         view = self.backend.snapshot()
         index = self.backend.nodes.index()
-        tasks = {ko.job_id_of(j): Tasks(workers=w, ps=p) for j, (p, w) in alloc.items()}
+        tasks = {job_id_of(j): Tasks(workers=w, ps=p) for j, (p, w) in alloc.items()}
         placement = None
         if nodes:
             placement = {
-                ko.job_id_of(j): JobPlacement(tuple(index[n] for n in wn), tuple(index[n] for n in pn))
+                job_id_of(j): JobPlacement(tuple(index[n] for n in wn), tuple(index[n] for n in pn))
                 for j, (pn, wn) in nodes.items()
             }
         report = self.backend.apply(Allocation(tasks, placement))

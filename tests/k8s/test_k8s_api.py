@@ -7,8 +7,8 @@ import urllib3
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
-from clusters.k8s_backend import ApiGiveUp, Conflict, KubeApi, NotFound
-from clusters.k8s_config import ApiSettings
+from clusters.k8s.api import ApiGiveUp, Conflict, KubeApi, NotFound
+from clusters.k8s.config import ApiSettings
 
 
 def api(attempts: int = 5) -> tuple[KubeApi, list[float]]:

@@ -9,7 +9,8 @@ import pytest
 from k8s_support import small_job
 from support import wait_for
 
-from clusters import k8s_objects as ko
+from clusters.agent.views import job_id_of
+from clusters.k8s import objects as ko
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ def node_of(cluster, name: str) -> str:
 def test_submit_places_pods_on_the_allocated_nodes_scales_up_then_down(cluster):
     cluster.apply_job(small_job("mlp-a"))
     view, report = cluster.slot({"mlp-a": (1, 1)}, {"mlp-a": (["node-b"], ["node-a"])})
-    assert [j.job_id for j in view.jobs] == [ko.job_id_of("mlp-a")]  # submitted, not started: in the view
+    assert [j.job_id for j in view.jobs] == [job_id_of("mlp-a")]  # submitted, not started: in the view
     assert report.errors == [] and report.actions[0].reason == "started"
     assert node_of(cluster, "mlp-a-ps-0") == "node-b" and node_of(cluster, "mlp-a-worker-0") == "node-a"
     assert node_of(cluster, "mlp-a-coordinator") == "node-b"  # beside its first PS
@@ -85,7 +86,7 @@ def test_submit_places_pods_on_the_allocated_nodes_scales_up_then_down(cluster):
 def cluster_alloc(cluster, alloc):
     from dl2ray.view import Allocation, Tasks
 
-    return Allocation({ko.job_id_of(j): Tasks(workers=w, ps=p) for j, (p, w) in alloc.items()})
+    return Allocation({job_id_of(j): Tasks(workers=w, ps=p) for j, (p, w) in alloc.items()})
 
 
 def test_suspend_pauses_with_one_ps_and_resume_goes_on_from_there(cluster):
@@ -108,7 +109,7 @@ def test_suspend_pauses_with_one_ps_and_resume_goes_on_from_there(cluster):
 
     cluster.patch_job("mlp-s", {"suspend": False})
     view, report = cluster.slot({"mlp-s": (1, 1)})
-    assert [j.job_id for j in view.jobs] == [ko.job_id_of("mlp-s")]
+    assert [j.job_id for j in view.jobs] == [job_id_of("mlp-s")]
     assert report.actions[0].ok and cluster.plan("mlp-s") == (1, 1)
     wait_for("training to go on", lambda: cluster.backend.snapshot().jobs[0].done_epochs > paused_at)
     assert cluster.job("mlp-s")["status"]["phase"] == "Running"
@@ -216,7 +217,7 @@ def test_an_invalid_dl2job_gets_a_condition_and_an_event_and_the_others_run(clus
     cluster.apply_job(unknown)
     cluster.apply_job(small_job("good-job"))
     view, report = cluster.slot({"good-job": (1, 1)})
-    assert [j.job_id for j in view.jobs] == [ko.job_id_of("good-job")]
+    assert [j.job_id for j in view.jobs] == [job_id_of("good-job")]
     assert report.errors == [] and cluster.plan("good-job") == (1, 1)
     for name, field in (("bad-job", "spec.workers"), ("bad-type", "spec.job_type")):
         st = cluster.job(name)["status"]

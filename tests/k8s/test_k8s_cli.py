@@ -60,7 +60,7 @@ def test_cluster_up_runs_the_agent_and_a_submitted_job_trains_to_the_end(cluster
         start_new_session=True,
     )
     try:
-        wait_for("the agent to come up", lambda: b"agent up" in (tmp_path / "agent.log").read_bytes(), 120)
+        wait_for("the agent to come up", lambda: b"agent up" in (tmp_path / "agent.log").read_bytes())
         job = tmp_path / "tiny.yaml"
         job.write_text(yaml.safe_dump(JOB))
         code, out, err = run_cli(
@@ -74,7 +74,6 @@ def test_cluster_up_runs_the_agent_and_a_submitted_job_trains_to_the_end(cluster
         wait_for(
             "the finished job's members to go",
             lambda: all(p.metadata.labels["dl2ray.io/role"] == "coordinator" for p in cluster.pods("tiny")),
-            30,
         )
         assert cluster.duplicates() == [] and cluster.orphans() == []
     finally:
@@ -118,7 +117,7 @@ def test_cluster_up_user_errors_exit_2_with_one_line(tmp_path, capsys, kubeconfi
 
 
 def test_the_shipped_k8s_config_loads():
-    from clusters.k8s_config import is_k8s_config, load_k8s_config
+    from clusters.k8s.config import is_k8s_config, load_k8s_config
 
     path = REPO / "configs" / "k8s-cluster.yaml"
     assert is_k8s_config(path) and not is_k8s_config(REPO / "configs" / "live-local.yaml")

@@ -14,7 +14,7 @@ import yaml
 from k8s_support import REPO, small_job
 from support import wait_for
 
-from clusters import k8s_objects as ko
+from clusters.agent.views import job_id_of
 
 CHECKPOINT = REPO / "models" / "dl2-testbed-paper.pt"  # the policy configs/federation.yaml starts from
 
@@ -25,7 +25,8 @@ def _files(tmp: Path, kubeconfig: Path, address: str, mode: str) -> Path:
         "kubeconfig": str(kubeconfig), "log_dir": str(tmp / "k8s"),
         "api": {"timeout_s": 2, "attempts": 6, "backoff_s": 0.05, "backoff_max_s": 0.5},
         "pods": {"ready_timeout_s": 60, "release_timeout_s": 20, "heartbeat_timeout_s": 3},
-        "guardrail": {"fallback": "drf", "time_budget_s": 60}}}
+        # hang protection only: under load the policy's first decision (cold compile) may take a minute
+        "guardrail": {"fallback": "drf", "time_budget_s": 600}}}
     (tmp / "k8s.yaml").write_text(yaml.safe_dump(k8s))
     fed = {"name": "kf", "learner": {
         "config": str(REPO / "configs" / "testbed.yaml"), "init": str(CHECKPOINT), "out": str(tmp / "out"),
@@ -37,22 +38,23 @@ def _files(tmp: Path, kubeconfig: Path, address: str, mode: str) -> Path:
     return path
 
 
+def _decisions(log_dir: Path) -> list[dict]:
+    path = log_dir / "decisions.parquet"
+    return pq.read_table(path).to_pylist() if path.is_file() else []
+
+
 def _policy_slots(log_dir: Path, job_id: int) -> list[dict]:
     """Decision-log rows where the policy's allocation was applied and gave the job workers."""
-    path = log_dir / "decisions.parquet"
-    if not path.is_file():
-        return []
-    rows = pq.read_table(path).to_pylist()
-    return [r for r in rows if r["applied"] == "policy"
+    return [r for r in _decisions(log_dir) if r["applied"] == "policy"
             and json.loads(r["policy_alloc"] or "{}").get(str(job_id), [0, 0])[1] > 0]
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 def test_k8s_member_schedules_a_dl2job_with_the_federations_policy(ray_session, cluster, tmp_path):
-    from clusters.fed_config import load_federation
-    from clusters.fed_deploy import down, names, status, up
-    from clusters.federation import NAMESPACE
+    from clusters.federation.config import load_federation
+    from clusters.federation.deploy import down, names, status, up
+    from clusters.runtime import NAMESPACE
 
     ray = ray_session
     path = _files(tmp_path, cluster.emu.kubeconfig(tmp_path / "kubeconfig"),
@@ -62,11 +64,15 @@ def test_k8s_member_schedules_a_dl2job_with_the_federations_policy(ray_session, 
         up(path, wait_s=240)
         actor = ray.get_actor("fed-kf-member-kube", namespace=NAMESPACE)
         cluster.apply_job(small_job("fedjob", epochs=20))
-        job_id = ko.job_id_of("fedjob")
+        job_id = job_id_of("fedjob")
+        def decided() -> int:  # slots the agent has decided: the progress the waits count
+            return len(_decisions(tmp_path / "k8s"))
+
         slots = wait_for("a slot where the policy's allocation started the job",
-                         lambda: _policy_slots(tmp_path / "k8s", job_id), timeout_s=240, poll_s=1)
+                         lambda: _policy_slots(tmp_path / "k8s", job_id), poll_s=1, progress=decided,
+                         within=10)
         assert slots[0]["policy"] == "federation-serve-only"
-        assert wait_for("its worker pods", lambda: cluster.live("fedjob", "worker"), timeout_s=120)
+        assert wait_for("its worker pods", lambda: cluster.live("fedjob", "worker"), progress=decided)
         st = ray.get(actor.status.remote())
         assert st["context"] == "kmock" and st["running"] and st["slots_done"] >= 1
         assert st["errors"] == {} and st["guardrail_fallbacks"] == {}

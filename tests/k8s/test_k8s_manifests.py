@@ -12,9 +12,9 @@ import pytest
 import yaml
 from support import run_cli
 
-from clusters import k8s_objects as ko
-from clusters.k8s_cli import HEADER, dump_all, manifests, render_job
-from clusters.k8s_config import K8sSettings, load_k8s_config
+from clusters.k8s import objects as ko
+from clusters.k8s.config import K8sSettings, load_k8s_config
+from clusters.k8s.manifests import HEADER, dump_all, manifests, render_job
 from dl2ray.jobspec import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,14 +119,14 @@ def test_pod_command_lines_are_the_elastic_mxnet_entry_points():
     }
     assert cmd["ps"] == ["python", "-m", "elastic_mxnet.server", "--host", "$(POD_IP)"]
     assert cmd["worker"] == ["python", "-m", "elastic_mxnet.demo_train", *spec.worker_args()]
-    assert cmd["coordinator"][:3] == ["python", "-m", "clusters.k8s_coordinator"]
+    assert cmd["coordinator"][:3] == ["python", "-m", "clusters.k8s.coordinator"]
     worker = next(o for o in objs if o["metadata"]["name"] == "mlp-small-worker-0")
     env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
     assert env["ELASTIC_MXNET_COORDINATOR"] == (
         "tcp://$(MLP_SMALL_COORDINATOR_SERVICE_HOST):$(MLP_SMALL_COORDINATOR_SERVICE_PORT)"
     )
     dockerfile = (REPO / "Dockerfile").read_text()
-    for module in ("clusters.k8s_coordinator", "elastic_mxnet.server", "elastic_mxnet.demo_train"):
+    for module in ("clusters.k8s.coordinator", "elastic_mxnet.server", "elastic_mxnet.demo_train"):
         assert module in dockerfile  # the image checks it can import every pod's entry point
 
 

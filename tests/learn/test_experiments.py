@@ -11,9 +11,9 @@ import pytest
 import yaml
 from support import run_cli, small_config
 
+from dl2ray import seeds
 from dl2ray.errors import UserError
 from dl2ray.learn import experiments as ex
-from dl2ray.learn import seeds
 from dl2ray.learn.rl import RLOptions, heuristic_jct, validate
 from dl2ray.learn.sl import SLRun, run_sl
 from dl2ray.policy.encoding import Encoding
@@ -255,13 +255,12 @@ def test_sigterm_stops_an_experiment_and_its_workers(sl_ckpt, tiny_yaml, tmp_pat
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # two training workers (and multiprocessing's resource tracker) once the pool is up
-        children = wait_for("the pool's workers", lambda: c if len(c := _children(proc.pid)) >= 3 else None,
-                            timeout_s=120)
+        children = wait_for("the pool's workers", lambda: c if len(c := _children(proc.pid)) >= 3 else None)
         time.sleep(2.0)  # the workers are training now
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) != 0
         wait_for("every child of the experiment to be gone",
-                 lambda: not any(_alive(c) for c in children), timeout_s=30)
+                 lambda: not any(_alive(c) for c in children))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from support import run_cli, small_config
 
+from dl2ray import seeds
 from dl2ray.experiments import build_simulator
-from dl2ray.learn import seeds
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.rl import RLOptions, Trainer, train_rl
 from dl2ray.learn.rollout import Collector, to_batch

@@ -7,8 +7,8 @@ from dataclasses import asdict
 import numpy as np
 from support import small_config
 
+from dl2ray import seeds
 from dl2ray.experiments import build_simulator
-from dl2ray.learn import seeds
 from dl2ray.learn.rl import RLOptions, Trainer
 from dl2ray.learn.shape_search import ShapeSearchCollector, shape_moves
 from dl2ray.learn.teacher import decompose

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support import run_cli, small_config
 
-from dl2ray.learn import seeds
+from dl2ray import seeds
 from dl2ray.learn.rl import RLOptions, train_rl
 from dl2ray.learn.ship import HEURISTICS, ship
 from dl2ray.learn.sl import SLRun, run_sl
@@ -28,6 +29,7 @@ def _run(tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_ship_writes_checkpoint_record_and_card(tmp_path):
     run = _run(tmp_path)
     # two processes after torch ran in this one: compare must spawn, not fork (OpenMP deadlock)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from support import small_config
 
-from dl2ray.learn import seeds
+from dl2ray import seeds
 from dl2ray.learn.sl import SLRun, record, run_sl, smoothed_cross_entropy, train
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import build_networks, load_checkpoint

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from support import small_config
 
+from dl2ray import seeds
 from dl2ray.experiments import build_simulator
-from dl2ray.learn import seeds
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.encoding import Encoding
 from dl2ray.schedulers.base import make_scheduler

@@ -94,8 +94,7 @@ def _start(out: Path, *extra: str, small: Sequence[str] = SMALL_PPO) -> tuple[su
 
 def _no_leftovers(tree: Tree, session_dir: str) -> None:
     assert len(tree.seen) >= 3, "the run should have started Ray's processes (gcs, raylet, …)"
-    wait_for("the run's processes to exit", lambda: not tree.alive() and not _session_processes(session_dir),
-             timeout_s=15)
+    wait_for("the run's processes to exit", lambda: not tree.alive() and not _session_processes(session_dir))
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +193,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys) -> None:
 def test_ctrl_c_stops_every_ray_process(tmp_path) -> None:
     out = tmp_path / "run"
     proc, tree = _start(out, "--minutes", "5")
-    wait_for("the first validation", lambda: (out / "run.json").is_file() or proc.poll() is not None,
-             timeout_s=240)
+    wait_for("the first validation", lambda: (out / "run.json").is_file() or proc.poll() is not None)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr

@@ -19,7 +19,7 @@ def views(testbed: ExperimentConfig) -> list[ClusterView]:
 @pytest.fixture(scope="session")
 def other_checkpoint(testbed: ExperimentConfig, tmp_path_factory) -> Path:
     """Weights other than the shipped ones, for the testbed config: a fresh GlobalPolicy's (seed 7)."""
-    from clusters.a3c import A3COptions, GlobalPolicyImpl
+    from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
 
     gp = GlobalPolicyImpl(testbed, None, 7, None, A3COptions(agents=1, traces=1, val_every=None))
     path = tmp_path_factory.mktemp("ckpt") / "fresh.pt"

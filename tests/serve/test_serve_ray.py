@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def served(ray_session, testbed):
     from ray import serve as ray_serve
 
-    from clusters.a3c import A3COptions, GlobalPolicy
+    from clusters.a3c.global_policy import A3COptions, GlobalPolicy
 
     name, namespace = "dl2ray-test-global", ray_session.get_runtime_context().namespace
     # fresh networks (seed 7), not the shipped ones: the pull visibly changes what is served
@@ -61,7 +61,7 @@ def test_serves_over_http_and_follows_the_global_policy(served, views, testbed, 
     url, gp, _ = served
     version = lambda: requests.get(f"{url}/v1/policy").json()["version"]  # noqa: E731
     # The app started on the shipped checkpoint; the first pull replaces it with the actor's weights.
-    wait_for("the first pull", lambda: version() == "global:dl2ray-test-global@0", 60.0, 0.1)
+    wait_for("the first pull", lambda: version() == "global:dl2ray-test-global@0", poll_s=0.1)
     client = ServeScheduler(url)
     assert [list(client.decide(v).tasks.items()) for v in views] == _decisions(
         _pulled(gp, ray_session, testbed), views)
@@ -72,7 +72,7 @@ def test_serves_over_http_and_follows_the_global_policy(served, views, testbed, 
     _, weights = ray_session.get(gp.get_weights.remote())
     step = np.random.default_rng(0).normal(0, 1.0, weights.shape).astype(np.float32)
     assert ray_session.get(gp.apply_gradients.remote(step, 0)) == 1
-    wait_for("the second pull", lambda: version() == "global:dl2ray-test-global@1", 60.0, 0.1)
+    wait_for("the second pull", lambda: version() == "global:dl2ray-test-global@1", poll_s=0.1)
     assert _decisions(client, views) == _decisions(_pulled(gp, ray_session, testbed), views)
     assert client.last_version == "global:dl2ray-test-global@1"
     assert requests.get(f"{url}/v1/policy").json()["reloads"] == 2

@@ -1,0 +1,116 @@
+"""The cluster agent: one control loop over any :class:`~clusters.agent.backend.LiveBackend`.
+
+Every slot::
+
+    view = backend.snapshot()          # live state (level-triggered): nodes, jobs, their members, progress
+    alloc = scheduler.decide(view)     # the configured scheduler behind the guardrail / shadow wrapper
+    backend.apply(alloc)               # deltas only: scale-downs and pauses first, then scale-ups
+
+A step that fails is logged and counted, and the loop goes on at the next slot.
+Each slot is one row of ``slots.parquet`` (timings, actions, errors) and one of
+``decisions.parquet`` (both allocations, which one was applied, why; see
+:mod:`clusters.agent.guard`) in the config's ``log_dir``, read by
+``dl2ray cluster report``.
+
+The agent keeps nothing it must recover: after a restart the backend's first
+snapshot reads the jobs, their members and their slot history from the
+cluster, so running jobs are adopted as they are (``adopted`` counts them).
+Where the agent runs is its backend's business: in a named, detached Ray actor
+(:mod:`clusters.ray.agent`) or in the process of ``dl2ray cluster up`` with a
+Kubernetes config (the agent Deployment's command, :mod:`clusters.cli.k8s`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections import Counter
+from typing import Any
+
+from clusters.agent.backend import LiveBackend
+from clusters.agent.guard import DecisionLog, GuardedScheduler
+from clusters.agent.settings import AgentConfig
+from dl2ray.config import ExperimentConfig
+from dl2ray.schedulers.base import Scheduler, make_scheduler
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """The control loop (module docstring) of the cluster behind ``backend``.
+
+    ``spec``: the scheduler's make_scheduler spec (default: the config's, ``dl2:PATH`` made absolute);
+    ``policy``: a scheduler object instead (a learner's or a federation member's; ``spec`` then only
+    names it); ``shadow``: decide with it, apply the guardrail's fallback. ``exp``: the experiment the
+    schedulers are built for (default: the one the config names).
+    """
+
+    def __init__(self, cfg: AgentConfig, backend: LiveBackend, spec: str | None = None,
+                 policy: Scheduler | None = None, shadow: bool = False,
+                 exp: ExperimentConfig | None = None) -> None:
+        settings = cfg.agent
+        exp = exp or cfg.experiment()
+        self.cfg, self.backend = cfg, backend
+        self.spec = spec or cfg.scheduler_spec()
+        log_dir = cfg.log_dir()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.decisions = DecisionLog(log_dir / "decisions.parquet")
+        self.slots_log = DecisionLog(log_dir / "slots.parquet")
+        self.scheduler = GuardedScheduler(
+            policy if policy is not None else make_scheduler(self.spec, exp),
+            make_scheduler(settings.guardrail.fallback, exp),
+            settings.guardrail.time_budget_s, shadow, self.decisions)
+        self.errors: Counter[str] = Counter()
+        self.loop_ms: list[dict[str, float]] = []  # per slot: view, decide, apply and total milliseconds
+        self.slots_done = 0
+        self.last_slot = -1
+        self.adopted = backend.adopt()
+
+    def step(self) -> dict[str, Any]:
+        """One slot: snapshot, decide, apply. Never raises; failures are logged and counted."""
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"slot": self.backend.slot_now(), "time": time.time()}
+        try:
+            view = self.backend.snapshot()
+            t1 = time.perf_counter()
+            alloc = self.scheduler.decide(view)
+            t2 = time.perf_counter()
+            report = self.backend.apply(alloc)
+            t3 = time.perf_counter()
+            timings = {"view_ms": (t1 - t0) * 1e3, "decide_ms": (t2 - t1) * 1e3,
+                       "apply_ms": (t3 - t2) * 1e3, "total_ms": (t3 - t0) * 1e3}
+            row.update(slot=view.slot, jobs=len(view.jobs), **timings, actions=len(report.actions),
+                       busy=len(report.skipped_busy), errors=";".join(report.errors),
+                       events=";".join(a.event() for a in report.actions))
+            self.loop_ms.append(timings)
+        except Exception as exc:  # the loop must survive any step's failure
+            self.errors[type(exc).__name__] += 1
+            row["error"] = f"{type(exc).__name__}: {exc}"
+            log.error("slot step failed: %s", traceback.format_exc())
+        self.slots_done += 1
+        self.slots_log.add(row)
+        try:
+            self.decisions.write()
+            self.slots_log.write()
+        except OSError as exc:
+            self.errors["log"] += 1
+            log.error("cannot write the decision log: %s", exc)
+        return row
+
+    def run(self, stop: threading.Event, max_slots: int | None = None) -> None:
+        """Step once per slot, at its start, until ``stop`` is set (or ``max_slots`` slots ran)."""
+        while not stop.is_set() and (max_slots is None or self.slots_done < max_slots):
+            slot = self.backend.slot_now()
+            if slot > self.last_slot:
+                row = self.step()
+                log.info("slot %s: %s", row.get("slot"),
+                         {k: v for k, v in row.items() if k not in ("slot", "time")})
+                self.last_slot = slot
+            stop.wait(max(self.backend.slot_start(self.backend.slot_now() + 1) - time.time(), 0.01))
+        self.scheduler.close()
+
+    def close(self) -> None:
+        """Stop the policy's worker thread (the guardrail's); the backend is its owner's to close."""
+        self.scheduler.close()

@@ -1,0 +1,96 @@
+"""``train rl --agents N`` (N ≥ 2: A3C on Ray actors) and ``bench a3c`` (composition root)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from clusters.runtime import start_ray
+from dl2ray.config import load_config
+from dl2ray.errors import UserError
+from dl2ray.report import emit
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dl2ray.commands import Plugins
+    from dl2ray.config import ExperimentConfig
+    from dl2ray.learn.rl import RLOptions, RLResult, ValidationRow
+
+
+def register_a3c(plugins: Plugins) -> None:
+    """``bench a3c``, and the trainer of ``train rl --agents N``."""
+    plugins.groups["bench"].command("a3c")(bench_a3c)
+    plugins.multi_agent_rl = train_multi_agent
+
+
+def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,
+                      options: RLOptions, agents: int, logdir: Path, resume: bool,
+                      on_progress: Callable[[int, ValidationRow | None], None]) -> tuple[RLResult, dict]:
+    """``train rl --agents N``: A3C with N agents (:class:`~dl2ray.learn.cli.MultiAgentRL`)."""
+    from clusters.a3c.global_policy import A3COptions
+    from clusters.a3c.training import train_a3c
+    from clusters.a3c.weights import checkpoint_kind
+    from dl2ray.learn.rl import ValidationRow
+
+    if options.replay or options.prioritized:
+        raise UserError(f"--agents {agents}: A3C learns on each agent's fresh experience; "
+                        "it has no replay (drop --replay/--prioritized)")
+    if options.traces < agents:
+        raise UserError(f"--traces {options.traces}: fewer training traces than --agents {agents}; "
+                        "every agent needs traces of its own")
+    if resume and out.exists() and (kind := checkpoint_kind(out)) != "a3c":
+        raise UserError(f"--resume: {out} is a {kind!r} checkpoint; --agents {agents} resumes only A3C ones")
+    a3c = A3COptions(agents=agents, traces=options.traces, val_traces=options.val_traces,
+                     val_every=options.val_every, checkpoint_every=options.checkpoint_every,
+                     critic=options.critic, exploration=options.exploration,
+                     critic_warmup=options.critic_warmup, steps_per_update=options.steps_per_update,
+                     max_grad_norm=options.max_grad_norm)
+
+    def progress(stats: dict) -> None:
+        last = stats["last_val"]
+        on_progress(stats["updates"], ValidationRow(**last) if last else None)
+
+    started = start_ray(max(agents, os.cpu_count() or 1))
+    try:
+        history, summary = train_a3c(cfg, init, updates, seed, out, a3c, logdir, resume, progress)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    extra = {"per_agent": {str(k): v for k, v in sorted(summary.per_agent.items())}, "slots": summary.slots,
+             "steps": summary.steps, "restarted_calls": summary.restarts}
+    return history, extra
+
+
+def bench_a3c(
+    agents: Annotated[list[int] | None, typer.Option(
+        "--agents", metavar="N [N ...]", help="agent counts to measure, e.g. --agents 1 2 (default)")] = None,
+    # click gives an option one value: in "--agents 1 2" the 2 arrives as this argument
+    more: Annotated[list[int] | None, typer.Argument(hidden=True, metavar="N")] = None,
+    seconds: Annotated[float, typer.Option(min=0.1, help="measured seconds per agent count")] = 30.0,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="experiment YAML")] = None,
+    seed: Annotated[int, typer.Option(help="network and sampling seed")] = 0,
+    warmup: Annotated[float, typer.Option(min=0.0, help="unmeasured seconds before each measurement")] = 2.0,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """Federated A3C throughput: slots of experience per second, all agents together, per agent count."""
+    counts = [*(agents or []), *(more or [])] or [1, 2]
+    if min(counts) < 1:
+        raise UserError(f"--agents: {min(counts)}: every agent count must be at least 1")
+    cfg = load_config(config)
+    from clusters.a3c.bench import bench_a3c as run_bench
+
+    started = start_ray(max(*counts, os.cpu_count() or 1))
+    try:
+        doc = run_bench(cfg, counts, seconds, seed, warmup)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    emit(doc, json_out)

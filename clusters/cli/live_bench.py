@@ -1,0 +1,82 @@
+"""Control-loop overhead of the live agent: view + decide + apply per slot, for N running jobs.
+
+A local Ray instance (logical CPUs enough for every member), the agent actor
+with the chosen scheduler, N tiny jobs capped at 1 PS + 1 worker (so that the
+steady state has every job running and no member to start), then the agent's
+own per-slot timings over ``slots`` slots. Members sleep most of the time
+(``sample_delay_s``), so the measured loop competes with little training work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusters.runtime import ray_env
+from dl2ray.jobspec import parse_jobspec
+
+ROOT = Path(__file__).resolve().parents[2]
+LIVE_CONFIG = ROOT / "configs" / "live-local.yaml"
+
+
+def bench_spec(k: int) -> dict[str, Any]:
+    return {
+        "name": f"bench-{k}",
+        "job_type": "resnext-110",
+        "model": "mlp",
+        "epochs": 10_000,
+        "samples": 256,
+        "global_batch": 32,
+        "worker": {"cpu": 0.5, "gpu": 0, "mem": 0.1},
+        "ps": {"cpu": 0.5, "gpu": 0, "mem": 0.1},
+        "workers": {"min": 1, "max": 1},
+        "ps_count": {"min": 1, "max": 1},
+        "seed": k,
+        "sample_delay_s": 0.02,
+    }
+
+
+def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: float) -> dict[str, Any]:
+    ray_env()
+    import ray
+
+    from clusters.ray.agent import launch_agent, teardown
+    from clusters.ray.config import load_live_config
+
+    rows = []
+    for n in counts:
+        cfg = load_live_config(LIVE_CONFIG)
+        cfg = cfg.with_agent(slot_seconds=slot_seconds, log_dir=f"/tmp/dl2ray-bench-live-{os.getpid()}")
+        ray.init(address="local", num_cpus=max(2 * n, 2), include_dashboard=False, log_to_driver=False)
+        try:
+            agent = launch_agent(cfg, cfg.scheduler_spec(scheduler), cfg.live.shadow)
+            for k in range(n):
+                res = ray.get(agent.submit.remote(parse_jobspec(bench_spec(k)).model_dump(mode="json")))
+                assert res["ok"], res
+            deadline = time.time() + 600
+            while time.time() < deadline:  # ramp-up: every job started, nothing in flight
+                jobs = ray.get(agent.jobs.remote())
+                if all(j["state"] == "running" and j["workers"] == 1 and not j["busy"] for j in jobs):
+                    break
+                time.sleep(1.0)
+            start = len(ray.get(agent.loop_timings.remote()))
+            while len(ray.get(agent.loop_timings.remote())) < start + slots:
+                time.sleep(slot_seconds / 2)
+            timings = ray.get(agent.loop_timings.remote())[start : start + slots]
+            load = os.getloadavg()[0]
+            teardown(cfg.live.agent_name, cfg.live.learn.global_policy)
+        finally:
+            ray.shutdown()
+        row: dict[str, Any] = {"jobs": n, "slots": len(timings), "load_avg": round(load, 2)}
+        for key in ("view_ms", "decide_ms", "apply_ms", "total_ms"):
+            vals = [t[key] for t in timings]
+            row[key.replace("_ms", "")] = {
+                "median_ms": round(float(np.median(vals)), 2),
+                "p99_ms": round(float(np.percentile(vals, 99)), 2),
+            }
+        rows.append(row)
+    return {"scheduler": scheduler, "slot_seconds": slot_seconds, "cpus": os.cpu_count(), "results": rows}

@@ -1,0 +1,34 @@
+"""The ``clusters`` plugin of the ``dl2ray`` CLI: everything ``clusters`` adds to the command line.
+
+The core may not import ``clusters`` (import-linter: the core sits below the
+Ray layer), so this package adds its commands through the extension point the
+core offers: the ``dl2ray.plugins`` entry point in ``pyproject.toml`` names
+:func:`register`, which the core CLI calls with its
+:class:`~dl2ray.commands.Plugins` registry at start-up. Each command module of
+:mod:`clusters.cli` is a composition root (only there are Ray, the config and
+the output files wired together). Importing this module imports neither Ray
+nor torch (every ``dl2ray`` command loads it); Ray is started by the commands,
+never at import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clusters.cli.a3c import register_a3c
+from clusters.cli.federation import register_federation
+from clusters.cli.k8s import register_k8s
+from clusters.cli.live import register_live
+
+if TYPE_CHECKING:
+    from dl2ray.commands import Plugins
+
+
+def register(plugins: Plugins) -> None:
+    """The ``dl2ray.plugins`` entry point: ``train rl --agents N``, ``bench a3c``, the live cluster's
+    commands (``submit``, ``jobs``, ``cluster``, ``bench live``, ``demo --live``), ``k8s`` and
+    ``federation``."""
+    register_a3c(plugins)
+    register_live(plugins)
+    register_k8s(plugins)
+    register_federation(plugins)

@@ -1,0 +1,234 @@
+"""A simulated federation member: its agent (:class:`MemberAgentImpl`) and what it needs of the file
+(:class:`MemberSpec`, :func:`member_specs`).
+
+:class:`MemberAgentImpl` is one member cluster's agent: a control loop in its
+own thread (each step's failure is logged and retried with capped backoff,
+never ends the loop) on a simulated cluster of the member's own config. In
+``learn`` mode it collects ``steps_per_update`` decision steps with the
+sampled policy, pushes the gradient and takes the reply's weights; in
+``shadow`` and ``serve-only`` it pulls weights every ``pull_interval_s``
+and pushes nothing (shadow: its cluster keeps the fallback, DRF, and the
+policy is only judged; serve-only: the cluster is scheduled by the pulled
+policy). Every ``val_every`` pushes (pulls) it measures the greedy policy's
+average JCT on its own validation traces against DRF's and reports it.
+
+Random streams: member ``i``'s action sampling ``[seed, 1, i, incarnation]``,
+exploration ``[seed, 2, i, incarnation]`` (incarnation: 1 after a Ray restart
+of that member); networks from ``seed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from clusters.a3c.sim_backend import SimBackend
+from clusters.a3c.weights import load_vector
+from clusters.federation.links import Link, LinkDown
+from clusters.runtime import actor_class, incarnation
+from dl2ray import seeds as seedsets
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn import rl
+from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
+from dl2ray.learn.exploration import JobAwareExploration
+from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.rollout import Collector, to_batch
+from dl2ray.policy.encoding import Encoding
+from dl2ray.policy.network import NumpyPolicy, build_networks
+
+log = logging.getLogger("dl2ray.federation")
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """What a member agent needs of the federation file (plain values: it travels to another Ray)."""
+
+    name: str
+    index: int
+    mode: str
+    traces: list[int]
+    val_traces: list[int]
+    val_every: int
+    pull_interval_s: float
+    seed: int
+    steps_per_update: int | None = None
+    critic: bool = True
+    exploration: bool = True
+    pull_every: int = 1
+    threads: int = 1
+
+
+@dataclass
+class MemberCounters:
+    pushed: int = 0
+    accepted: int = 0
+    stale: int = 0
+    rewound: int = 0
+    pulls: int = 0
+    joins: int = 0
+    reconnects: int = 0  # learner boots seen change (restarts survived)
+    errors: int = 0
+    last_error: str | None = None
+    version: int = -1
+    boot: int = -1
+    slots: int = 0
+    bytes_last: int = 0
+    validations: int = 0
+
+
+class MemberAgentImpl:
+    """One member's agent (module docstring); behind :data:`MemberAgent`. The loop starts at once."""
+
+    def __init__(self, cfg: ExperimentConfig, spec: MemberSpec, link: Link, start: bool = True) -> None:
+        torch.set_num_threads(spec.threads)
+        self.cfg, self.spec, self.link = cfg, spec, link
+        self.incarnation = incarnation()
+        self.enc = Encoding.from_config(cfg)
+        self.policy, self.value = build_networks(self.enc, cfg.policy.hidden, spec.seed)  # replaced on join
+        self.numpy: NumpyPolicy | None = None
+        self.loss_cfg = LossConfig.from_config(cfg, critic=spec.critic)
+        self.steps = spec.steps_per_update or cfg.policy.minibatch
+        explore = JobAwareExploration.from_config(cfg) if spec.exploration else None
+        streams = [spec.index, self.incarnation]
+        self.collector = Collector(
+            SimBackend.from_config(cfg),  # type: ignore[arg-type]  # duck-typed like ClusterAgentImpl's
+            self.enc, spec.traces, np.random.default_rng([spec.seed, 1, *streams]), explore,
+            np.random.default_rng([spec.seed, 2, *streams]))
+        self.c = MemberCounters()
+        self.drf: float | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name=f"member-{self.spec.name}", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"name": self.spec.name, "mode": self.spec.mode, "incarnation": self.incarnation,
+                    "running": bool(self._thread and self._thread.is_alive()), **dataclasses.asdict(self.c)}
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                self.step()
+                backoff = 0.2
+            except LinkDown as exc:
+                self._error(exc)
+                self.numpy = None  # rejoin with fresh weights once the learner answers again
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception as exc:  # a step's failure is logged and never ends the loop
+                log.exception("member %s: step failed", self.spec.name)
+                self._error(exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _error(self, exc: BaseException) -> None:
+        with self._lock:
+            self.c.errors += 1
+            self.c.last_error = f"{type(exc).__name__}: {exc}"[:300]
+
+    def step(self) -> None:
+        """One turn: join if needed; then one push (learn) or one pull (shadow, serve-only)."""
+        if self.numpy is None:
+            r = self.link.join(self.spec.name)
+            with self._lock:
+                self.c.joins += 1
+            self._take(r)
+        if self.spec.mode == "learn":
+            self._learn_turn()
+            due = self.c.pushed % self.spec.val_every == 0
+        else:
+            self._stop.wait(self.spec.pull_interval_s)
+            r = self.link.pull(self.spec.name, self.c.version, self.c.boot)
+            with self._lock:
+                self.c.pulls += 1
+            self._take(r)
+            due = self.c.pulls % self.spec.val_every == 0
+        if due:
+            self.validate_and_report()
+
+    def _learn_turn(self) -> None:
+        assert self.numpy is not None
+        records = self.collector.collect(self.numpy, self.steps, whole_episodes=not self.loss_cfg.critic)
+        batch = to_batch(records, self.enc, self.loss_cfg.gamma)
+        loss_cfg = LossConfig.from_config(self.cfg, self.spec.critic, max(self.c.version, 0))
+        grads, st = compute_gradients(self.policy, self.value, batch, loss_cfg)
+        row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
+                        float(np.mean([r.reward for r in records])), st.mean_value, len(batch),
+                        len(records), sum(r.explored for r in records))
+        pull = (self.c.pushed + 1) % self.spec.pull_every == 0
+        r = self.link.push(self.spec.name, flatten(grads), row, self.c.version, self.c.boot, pull)
+        with self._lock:
+            self.c.pushed += 1
+            self.c.slots += len(records)
+            self.c.bytes_last = getattr(self.link, "bytes_last", 0)
+            if r["accepted"] == "yes":
+                self.c.accepted += 1
+            elif r["accepted"] == "stale":
+                self.c.stale += 1
+            else:
+                self.c.rewound += 1
+        self._take(r)
+
+    def _take(self, r: dict[str, Any]) -> None:
+        with self._lock:
+            if self.c.boot not in (-1, r["boot"]):
+                self.c.reconnects += 1
+            self.c.boot = r["boot"]
+        if r.get("weights") is None:
+            return
+        load_vector(self.policy, self.value, r["weights"])
+        self.numpy = NumpyPolicy.from_torch(self.policy)
+        with self._lock:
+            self.c.version = int(r["updates"])
+
+    def validate_and_report(self) -> tuple[float, float]:
+        """Greedy JCT of the current weights and DRF's on this member's validation traces; reported."""
+        if self.drf is None:
+            self.drf = rl.heuristic_jct(self.cfg, "drf", self.spec.val_traces)
+        version = self.c.version
+        jct = rl.validate(self.cfg, self.policy, self.spec.val_traces)
+        self.link.report(self.spec.name, version, jct, self.drf)
+        with self._lock:
+            self.c.validations += 1
+        return jct, self.drf
+
+
+MemberAgent = actor_class(MemberAgentImpl, num_cpus=0, max_restarts=-1, max_task_retries=-1)
+"""A member's Ray actor: named ``fed-NAME-member-MEMBER`` in ``dl2ray``, detached; no CPU reserved
+(members share the machine's cores; a reservation would cap how many fit on a small head)."""
+
+
+def member_specs(fed, learning_seed: int) -> list[MemberSpec]:
+    """Every member's :class:`MemberSpec`: disjoint training seeds (in file order), validation seeds."""
+    specs, offset = [], 0
+    lrn = fed.learner.learning
+    for i, m in enumerate(fed.members):
+        specs.append(MemberSpec(
+            m.name, i, m.mode, seedsets.training(m.traces, offset), seedsets.validation(m.val_traces),
+            m.val_every, m.pull_interval_s, learning_seed, m.steps_per_update or lrn.steps_per_update,
+            lrn.critic, lrn.exploration, lrn.pull_every, lrn.threads))
+        offset += m.traces
+    return specs

@@ -1,0 +1,335 @@
+"""The live Ray backend: a :class:`~dl2ray.view.ClusterView` from live state, an Allocation as scale calls.
+
+Every job is a host actor (:mod:`clusters.ray.job`) named ``dl2ray-job-<name>``
+in the ``dl2ray`` namespace; its PS and workers are member actors with the
+job's per-task demand as Ray resources. The backend keeps nothing the cluster
+cannot tell it again (a :class:`~clusters.agent.backend.LiveBackend`):
+
+* :meth:`RayBackend.snapshot` lists the alive Ray nodes (capacity: ``CPU``,
+  ``GPU``, ``memory`` in GB) and the job hosts, and reads each host once
+  (:meth:`~clusters.ray.job.JobHostImpl.slot_status`, which also closes the
+  job's observation of the previous slot: epochs trained, seconds,
+  deployment) into a typed :class:`RayJob`; the view has every arrived,
+  unfinished job with its current members and their nodes. A paused job holds
+  one PS (its parameters and optimizer state): that PS is subtracted from
+  ``free`` and the job shows 0 workers and 0 PS.
+* :meth:`RayBackend.apply` turns the allocation into per-job
+  :meth:`~clusters.ray.job.JobHostImpl.scale_to` calls, deltas only:
+  scale-downs and pauses first (they free resources; each reply says which
+  members the job still holds), then scale-ups and resumes, each new member on
+  the allocation's node for it when that node has room, else where the view's
+  placement policy puts it (:mod:`clusters.agent.placement`; running members
+  never move); a job's increase that fits nowhere is cut to what fits. A job
+  busy with an earlier operation is left for the next slot. No host is read
+  twice in a slot.
+
+Job ids in the view are ``crc32(name)`` (:func:`~clusters.agent.views.job_id_of`):
+stable across agent restarts without any stored counter. Slot ``k`` starts at
+``epoch + k · slot_seconds``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+
+from clusters.agent.placement import MemberPlacer, final_target
+from clusters.agent.reports import ApplyReport, Nodes, ScaleAction
+from clusters.agent.views import job_id_of, live_job_view
+from clusters.ray.job import JOB_PREFIX, TERMINAL, JobHost, host_name
+from clusters.runtime import NAMESPACE
+from dl2ray.errors import UserError
+from dl2ray.jobspec import JobSpec, check_spec
+from dl2ray.view import Allocation, ClusterView, JobView, Observation, Tasks
+from dl2ray.workload import JobCatalogue
+
+GB = float(1 << 30)
+
+
+def ray_nodes() -> Nodes:
+    """The alive Ray nodes, sorted by id: (cpu, gpu, mem GB) of each."""
+    alive = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: n["NodeID"])
+    cap = np.array([[n["Resources"].get("CPU", 0.0), n["Resources"].get("GPU", 0.0),
+                     n["Resources"].get("memory", 0.0) / GB] for n in alive], dtype=np.float64)
+    return Nodes([n["NodeID"] for n in alive], cap.reshape(-1, 3))
+
+
+def list_hosts() -> dict[str, Any]:
+    """Job name → host actor handle, for every job host alive in the ``dl2ray`` namespace."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == NAMESPACE and a["name"].startswith(JOB_PREFIX)]
+    out = {}
+    for n in names:
+        try:
+            out[n[len(JOB_PREFIX):]] = ray.get_actor(n, namespace=NAMESPACE)
+        except ValueError:
+            continue  # killed between the listing and the lookup
+    return out
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member actor of a job: its role (``ps``/``worker``), the node it runs (or is to run) on, and its
+    state in the coordinator's eyes (``member``: in the current plan; ``standby``, ``starting``, ...)."""
+
+    role: str
+    node: str | None
+    state: str
+
+
+@dataclass
+class RayJob:
+    """One job as its host reported it at the start of the slot (its ``status()``).
+
+    ``state``: pending → running ⇄ paused → finished | failed | cancelled; ``members``: every member actor
+    alive, in the plan or not; ``busy``: a scale operation is running.
+    """
+
+    name: str
+    state: str
+    spec: JobSpec
+    submitted_at: float
+    epochs_done: float
+    members: list[Member]
+    history: tuple[Observation, ...]
+    busy: bool
+
+    @property
+    def job_id(self) -> int:
+        return job_id_of(self.name)
+
+    @classmethod
+    def from_status(cls, st: dict[str, Any]) -> RayJob:
+        return cls(st["name"], st["state"], JobSpec.model_validate(st["spec"]), float(st["submitted_at"]),
+                   float(st["epochs_done"]), members_of(st["members"]),
+                   tuple(Observation(h["slot"], h["ps"], h["workers"], h["epochs"], h["seconds"], h["loss"])
+                         for h in st["history"]), bool(st["busy"]))
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def plan(self) -> tuple[int, int]:
+        """``(ps, workers)`` of the running plan; (0, 0) unless running."""
+        if self.state != "running":
+            return 0, 0
+        plan = [m for m in self.members if m.state == "member"]
+        return sum(m.role == "ps" for m in plan), sum(m.role == "worker" for m in plan)
+
+    def demand(self, role: str) -> np.ndarray:
+        """Shape (3,): (cpu, gpu, mem GB) of one task of ``role``."""
+        return (self.spec.ps if role == "ps" else self.spec.worker).as_array()
+
+
+def members_of(rows: list[dict[str, Any]]) -> list[Member]:
+    return [Member(m["role"], m["node"], m["state"]) for m in rows]
+
+
+class RayBackend:
+    """The live backend (module docstring). Needs a connected Ray driver (or runs inside an actor)."""
+
+    def __init__(self, catalogue: JobCatalogue, slot_seconds: float, epoch: float,
+                 placement: str = "load_balancing", heartbeat_timeout_s: float = 5.0,
+                 register_timeout_s: float = 60.0, apply_wait_s: float | None = None) -> None:
+        self.catalogue, self.slot_seconds, self.epoch = catalogue, slot_seconds, epoch
+        self.placement = placement
+        self.heartbeat_timeout_s, self.register_timeout_s = heartbeat_timeout_s, register_timeout_s
+        self.apply_wait_s = apply_wait_s if apply_wait_s is not None else max(slot_seconds, 1.0)
+        self.jobs: dict[str, RayJob] = {}  # as read by the last snapshot (and updated by its apply)
+        self.nodes = Nodes.empty()
+        self._pending: dict[str, Any] = {}  # job → ref of a scale call still running
+
+    # ---- the world ------------------------------------------------------------
+
+    def slot_now(self) -> int:
+        return max(math.floor((time.time() - self.epoch) / self.slot_seconds), 0)
+
+    def slot_start(self, slot: int) -> float:
+        return self.epoch + slot * self.slot_seconds
+
+    def hosts(self) -> dict[str, Any]:
+        return list_hosts()
+
+    def statuses(self, hosts: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+        hosts = self.hosts() if hosts is None else hosts
+        return _gather({name: h.status.remote() for name, h in hosts.items()})
+
+    def adopt(self) -> int:
+        return sum(1 for st in self.statuses().values() if st["state"] not in TERMINAL)
+
+    def close(self) -> None:
+        """Nothing to release: scale calls still running finish in their hosts."""
+
+    # ---- submit / cancel -------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> dict[str, Any]:
+        """Register a job (refused with :class:`UserError` naming the field); returns its first status."""
+        check_spec(spec, self.catalogue.names, ray_nodes().capacity)
+        if spec.name in self.hosts():
+            raise UserError(f"name: a job named {spec.name!r} already exists "
+                            f"(dl2ray jobs status {spec.name})")
+        host = JobHost.options(name=host_name(spec.name), namespace=NAMESPACE, lifetime="detached").remote(
+            spec.model_dump_json(), job_id_of(spec.name), time.time(), self.heartbeat_timeout_s,
+            self.register_timeout_s)
+        return ray.get(host.status.remote())
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        host = self.hosts().get(name)
+        if host is None:
+            raise UserError(f"no job named {name!r}")
+        return ray.get(host.cancel.remote())
+
+    def remove(self, name: str) -> None:
+        """End a job's host actor (after cancel or finish): the job disappears from the cluster."""
+        host = self.hosts().get(name)
+        if host is not None:
+            ray.get(host.cancel.remote())
+            ray.kill(host)
+
+    # ---- the slot ---------------------------------------------------------------
+
+    def snapshot(self) -> ClusterView:
+        self._forget_returned_calls()
+        slot = self.slot_now()
+        self.nodes = ray_nodes()
+        statuses = _gather({name: h.slot_status.remote(slot) for name, h in self.hosts().items()})
+        self.jobs = {name: RayJob.from_status(st) for name, st in statuses.items()}
+        index = self.nodes.index()
+        free = self.nodes.capacity.copy()
+        views = []
+        for job in sorted(self.jobs.values(), key=lambda j: j.submitted_at):
+            if job.terminal:
+                continue
+            if job.state == "paused":
+                for m in job.members:
+                    if m.role == "ps" and m.node in index:
+                        free[index[m.node]] -= job.demand("ps")
+            views.append(self._job_view(job, index))
+        np.maximum(free, 0.0, out=free)
+        return ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
+                           self.placement)
+
+    def _job_view(self, job: RayJob, index: dict[str, int]) -> JobView:
+        plan = [m for m in job.members if m.state == "member"] if job.state == "running" else []
+        nodes = {r: [index.get(m.node or "", 0) for m in plan if m.role == r] for r in ("ps", "worker")}
+        arrival = max(int((job.submitted_at - self.epoch) // self.slot_seconds), 0)
+        return live_job_view(job.name, job.spec, self.catalogue, arrival, job.epochs_done, nodes["ps"],
+                             nodes["worker"], job.history)
+
+    def apply(self, allocation: Allocation) -> ApplyReport:
+        """Deltas of ``allocation`` against the last snapshot, as scale calls (module docstring)."""
+        report = ApplyReport(self.slot_now())
+        downs: list[tuple[ScaleAction, RayJob]] = []
+        ups: list[tuple[ScaleAction, RayJob]] = []
+        for job in self.jobs.values():
+            if job.terminal or (job.state == "pending" and job.job_id not in allocation.tasks):
+                continue
+            t = allocation.tasks.get(job.job_id, Tasks(0, 0))
+            target = (t.ps, t.workers) if t.ps > 0 and t.workers > 0 else (0, 0)
+            before = job.plan()
+            if target == before:
+                continue
+            if job.busy or job.name in self._pending:
+                report.skipped_busy.append(job.name)
+                continue
+            action = ScaleAction(job.name, before, target)
+            grows = target[0] > before[0] or target[1] > before[1]
+            (ups if grows and target != (0, 0) else downs).append((action, job))
+        self._run([(a, [], []) for a, _ in downs], report)
+        if not ups:
+            return report
+        placer = MemberPlacer(self.nodes.capacity, self._usage(), self.placement, self.catalogue)
+        placed = []
+        for action, job in ups:
+            nodes = self._place(placer, action, job, allocation)
+            if nodes is not None:
+                placed.append((action, *nodes))
+        self._run(placed, report)
+        return report
+
+    def _usage(self) -> np.ndarray:
+        """Per-node resources held now by every member actor: as the snapshot read them, with each finished
+        scale-down's reply in place of its job's members."""
+        index = self.nodes.index()
+        usage = np.zeros_like(self.nodes.capacity)
+        for job in self.jobs.values():
+            for m in job.members:
+                if m.node in index:
+                    usage[index[m.node]] += job.demand(m.role)
+        return usage
+
+    def _place(self, placer: MemberPlacer, action: ScaleAction, job: RayJob,
+               allocation: Allocation) -> tuple[list[str], list[str]] | None:
+        """Nodes for the new members of one job (:mod:`clusters.agent.placement`), the action's target cut
+        to what fits; None when the job cannot grow this slot."""
+        running = job.state == "running"
+        have = {"ps": job.plan()[0], "worker": job.plan()[1]}
+        if not running and job.state == "paused":
+            have["ps"] = 1  # the PS that kept the job's state
+        want = {"ps": action.target[0], "worker": action.target[1]}
+        demand = {r: job.demand(r) for r in ("ps", "worker")}
+        new = placer.place(job.job_id, have, want, (allocation.placement or {}).get(job.job_id), demand)
+        if have["ps"] + len(new.ps) == 0 or have["worker"] + len(new.worker) == 0:
+            placer.give_back(new, demand)  # cannot run without both
+            return None
+        action.target = final_target(have, want, new)
+        if action.target == action.before or 0 in action.target:
+            return None
+        return [self.nodes.names[n] for n in new.ps], [self.nodes.names[n] for n in new.worker]
+
+    def _run(self, todo: list[tuple[ScaleAction, list[str], list[str]]], report: ApplyReport) -> None:
+        """Issue the scale calls together, wait up to ``apply_wait_s``; late ones finish in the background."""
+        if not todo:
+            return
+        refs = {}
+        hosts = self.hosts()
+        for action, ps_nodes, worker_nodes in todo:
+            host = hosts.get(action.job)
+            if host is None:
+                continue
+            ps, workers = action.target
+            refs[action.job] = (action, host.scale_to.remote(ps, workers, ps_nodes, worker_nodes))
+            report.actions.append(action)
+        if not refs:
+            return
+        ray.wait([r for _, r in refs.values()], num_returns=len(refs), timeout=self.apply_wait_s)
+        for name, (action, ref) in refs.items():
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                self._pending[name] = ref
+                action.reason = "in progress"
+                continue
+            self._finish(action, ref)
+
+    def _finish(self, action: ScaleAction, ref: Any) -> None:
+        try:
+            res = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            action.ok, action.reason = False, type(exc).__name__
+            return
+        action.ok, action.reason = bool(res["ok"]), res.get("reason", "")
+        action.seconds = res.get("seconds", 0.0)
+        if "members" in res and action.job in self.jobs:
+            self.jobs[action.job].members = members_of(res["members"])
+
+    def _forget_returned_calls(self) -> None:
+        """Forget scale calls of earlier slots that have returned (their result is in the job's actions)."""
+        for name, ref in list(self._pending.items()):
+            if ray.wait([ref], timeout=0)[0]:
+                del self._pending[name]
+
+
+def _gather(refs: dict[str, Any], timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+    """``ray.get`` of each host's answer; a host that died (or does not answer) is no job any more."""
+    out = {}
+    for name, ref in refs.items():
+        try:
+            out[name] = ray.get(ref, timeout=timeout_s)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            continue
+    return out

@@ -1,0 +1,91 @@
+"""The Ray head a ``dl2ray`` command starts for a cluster of its own (``cluster up``, ``federation up``, the
+live demo): ``ray start --head --block`` in a session of its own, stopped by its pid, never ``ray stop``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from dl2ray.errors import UserError
+
+
+def _free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise UserError("no free port")
+
+
+def start_head(num_cpus: int | None, dashboard_port: int, log: Path) -> dict[str, Any]:
+    """``ray start --head --block`` in a session of its own (stopped by pid in :func:`stop_head`)."""
+    port, dash = _free_port(0), _free_port(dashboard_port)
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    cmd = [
+        ray_bin,
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dash),
+        "--include-dashboard",
+        "true",
+        "--num-cpus",
+        str(num_cpus or os.cpu_count() or 1),
+        "--disable-usage-stats",
+    ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise UserError(f"ray start failed (exit {proc.returncode}); see {log}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", dash)) == 0:
+                return {"address": address, "dashboard": f"http://127.0.0.1:{dash}", "pid": proc.pid}
+        time.sleep(0.5)
+    stop_head(proc.pid)
+    raise UserError(f"the Ray head did not come up within 90 s; see {log}")
+
+
+def stop_head(pid: int, grace_s: float = 20.0) -> None:
+    """End the ``ray start --block`` process we started and its process group (by id, never ``ray stop``)."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:  # not our child (started by an earlier command): poll for it
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+        time.sleep(0.2)
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

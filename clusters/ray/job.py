@@ -1,0 +1,313 @@
+"""One live job on Ray: a named, detached host actor running the job's elastic MXNet coordinator.
+
+The host actor (:class:`JobHostImpl`, named ``dl2ray-job-<name>`` in the
+``dl2ray`` namespace) *is* the job as far as the cluster is concerned: it holds
+the job spec, runs the :class:`~elastic_mxnet.coordinator.Coordinator` in a
+thread, owns the member actors through its :class:`~clusters.ray.spawner.RaySpawner`
+and keeps the per-slot observations of the job. Everything a cluster agent
+needs after a restart is read back from these actors (level-triggered), never
+from a log of the agent's own.
+
+Control calls are idempotent by contract: :meth:`JobHostImpl.scale_to` takes
+absolute targets and starts only the members that are missing (counting the
+ones still starting), so a restarted agent repeating a decision starts no
+duplicates; one scale operation runs at a time (a second call answers
+``busy``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import ray
+
+from clusters.ray.spawner import RaySpawner
+from clusters.runtime import actor_class
+from dl2ray.jobspec import JobSpec
+from elastic_mxnet.config import JobConfig, Limits, Liveness
+from elastic_mxnet.coordinator import Coordinator
+from elastic_mxnet.job import ElasticJob, ScaleRefused
+
+log = logging.getLogger(__name__)
+
+JOB_PREFIX = "dl2ray-job-"
+TERMINAL = ("finished", "failed", "cancelled")
+
+
+def host_name(job: str) -> str:
+    return JOB_PREFIX + job
+
+
+class JobHostImpl:
+    """Host of one job (module docstring).
+
+    States: pending → running ⇄ paused → finished | failed | cancelled.
+    """
+
+    def __init__(self, spec_json: str, job_id: int, submitted_at: float,
+                 heartbeat_timeout_s: float = 5.0, register_timeout_s: float = 60.0) -> None:
+        self.spec = JobSpec.model_validate_json(spec_json)
+        self.job_id, self.submitted_at = job_id, submitted_at
+        self.spawner = RaySpawner(self.spec.name, self.spec.worker_args(), self.spec.worker, self.spec.ps)
+        self.liveness = Liveness(heartbeat_timeout_s=heartbeat_timeout_s)
+        self.register_timeout_s = register_timeout_s
+        self.coordinator: Coordinator | None = None
+        self.thread: threading.Thread | None = None
+        self.state = "pending"
+        self.reason = ""
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.history: list[dict[str, Any]] = []  # one per slot marked: slot, ps, workers, epochs, seconds
+        self.actions: list[dict[str, Any]] = []  # every scale call: time, targets, ok, reason
+        self._mark: tuple[float, float] | None = None  # (time, epochs) at the last slot mark
+        self._events: list[dict[str, Any]] = []  # the coordinator's scaling events, as last read
+        self._op = threading.Lock()
+        self._spawn_lock = threading.Lock()
+
+    # ---- reading ------------------------------------------------------------
+
+    def spec_json(self) -> str:
+        return self.spec.model_dump_json()
+
+    def status(self) -> dict[str, Any]:
+        """The job as it is now: state, progress, members (with pid and node), scaling events, history."""
+        with self._spawn_lock:
+            self.spawner.reap()
+        return self._status(self._coordinator_status())
+
+    def slot_status(self, slot: int) -> dict[str, Any]:
+        """:meth:`mark_slot` then :meth:`status`, with one coordinator query (the backend's snapshot)."""
+        with self._spawn_lock:
+            self.spawner.reap()
+        st = self._coordinator_status()
+        self._close_slot(slot, st)
+        return self._status(st)
+
+    def _status(self, st) -> dict[str, Any]:
+        members = self._members(st)
+        plan = [m for m in members if m["state"] == "member"]
+        return {
+            "name": self.spec.name, "job_id": self.job_id, "job_type": self.spec.job_type,
+            "state": self.state, "reason": self.reason, "spec": self.spec.model_dump(mode="json"),
+            "submitted_at": self.submitted_at, "started_at": self.started_at, "finished_at": self.finished_at,
+            "ps": sum(m["role"] == "ps" for m in plan), "workers": sum(m["role"] == "worker" for m in plan),
+            "members": members,
+            "epochs_done": st.epochs_done if st else self._final_epochs(),
+            "est_epochs": self.spec.epochs,
+            "iteration": st.version if st else None,
+            "samples_per_s": st.samples_per_s if st else 0.0,
+            "operation": st.operation if st else None,
+            "events": [e.model_dump(mode="json") for e in st.events] if st else self._events,
+            "history": list(self.history), "actions": list(self.actions),
+            "busy": self._op.locked(), "spawned": self.spawner.seq,
+        }
+
+    def _final_epochs(self) -> float:
+        return self.spec.epochs if self.state == "finished" else (self._mark[1] if self._mark else 0.0)
+
+    def _coordinator_status(self):
+        self._check_thread()
+        if self.coordinator is None or self.state in TERMINAL:
+            return None
+        try:
+            with ElasticJob(self.coordinator.address, timeout_s=10) as job:
+                st = job.status(timeout_s=10)
+        except (TimeoutError, ScaleRefused):
+            return None
+        self._events = [e.model_dump(mode="json") for e in st.events]
+        return st
+
+    def _members(self, st) -> list[dict[str, Any]]:
+        """Every member actor alive, joined with the coordinator's view of it by pid."""
+        by_pid = {m.pid: m for m in st.members} if st else {}
+        rows = []
+        for rec in list(self.spawner.members.values()):
+            m = by_pid.get(rec.pid) if rec.pid is not None else None
+            rows.append({"name": rec.name, "role": rec.role, "pid": rec.pid,
+                         "node": rec.node or rec.wanted_node,
+                         "member_id": m.member_id if m else None,
+                         "state": m.state if m else ("starting" if rec.pid is None else "unregistered")})
+        return rows
+
+    def _check_thread(self) -> None:
+        """Notice the end of the coordinator's thread: finished (exit 0) or failed."""
+        if self.thread is None or self.thread.is_alive() or self.state in TERMINAL:
+            return
+        assert self.coordinator is not None
+        code = self.coordinator.exit_code
+        self.state = "finished" if code == 0 else "failed"
+        self.reason = "" if code == 0 else f"coordinator exited with {code}"
+        self.finished_at = time.time()
+        with self._spawn_lock:
+            self.spawner.close()
+
+    # ---- the slot ----------------------------------------------------------
+
+    def mark_slot(self, slot: int) -> dict[str, Any] | None:
+        """Close the observation of the slot before ``slot`` (idempotent per slot); return it or None.
+
+        The observation is what the job did since the previous mark: epochs
+        trained, wall seconds, and the PS/workers it ran with.
+        """
+        return self._close_slot(slot, self._coordinator_status())
+
+    def _close_slot(self, slot: int, st) -> dict[str, Any] | None:
+        if self.history and self.history[-1]["slot"] >= slot - 1:
+            return self.history[-1] if self.history[-1]["slot"] == slot - 1 else None
+        now = time.time()
+        epochs = st.epochs_done if st else self._final_epochs()
+        plan = [m for m in st.members if m.state == "member"] if st else []
+        ps = sum(m.role == "ps" for m in plan)
+        workers = sum(m.role == "worker" for m in plan)
+        obs = None
+        if self._mark is not None:
+            t0, e0 = self._mark
+            obs = {"slot": slot - 1, "ps": ps, "workers": workers, "epochs": max(epochs - e0, 0.0),
+                   "seconds": now - t0, "loss": float("nan")}
+            self.history.append(obs)
+        if self.state not in ("pending",):
+            self._mark = (now, epochs)
+        return obs
+
+    # ---- control ------------------------------------------------------------
+
+    def scale_to(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
+        """Run with ``ps`` PS and ``workers`` workers (absolute; ``workers == 0``: pause).
+
+        New members go to ``ps_nodes``/``worker_nodes`` in order. Scale-up starts
+        the missing members, then scales; scale-down scales, then the removed
+        members exit and their actors are ended. A paused job keeps one PS
+        (its parameters and optimizer state). Returns ``{ok, reason, ...,
+        members}``: ``members`` are the member actors alive afterwards (role
+        and node; what the job holds of the cluster now), so the backend does
+        not read the host again in the same slot.
+        """
+        if not self._op.acquire(blocking=False):
+            return {"ok": False, "reason": "busy: an operation is in progress"}
+        try:
+            result = self._scale(ps, workers, ps_nodes, worker_nodes)
+        finally:
+            self._op.release()
+        with self._spawn_lock:
+            self.spawner.reap()
+        return {**result, "members": self._members(None)}
+
+    def _scale(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
+        self._check_thread()
+        if self.state in TERMINAL:
+            return {"ok": False, "reason": f"job is {self.state}"}
+        if workers > 0:
+            ps = min(max(ps, self.spec.ps_count.min), self.spec.ps_count.max)
+            workers = min(max(workers, self.spec.workers.min), self.spec.workers.max)
+        else:
+            ps = 1  # paused: one PS keeps the parameters and the optimizer state
+        t0 = time.time()
+        if self.coordinator is None:
+            if workers == 0:
+                return {"ok": True, "reason": "not started"}
+            result = self._start(ps, workers, ps_nodes, worker_nodes)
+        else:
+            result = self._rescale(ps, workers, ps_nodes, worker_nodes)
+        result.update(ps=ps, workers=workers, seconds=time.time() - t0)
+        self.actions.append({"time": t0, **result})
+        return result
+
+    def _start(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
+        import ray.util
+
+        spec = self.spec
+        cfg = JobConfig(host=ray.util.get_node_ip_address(), initial_ps=ps, initial_workers=workers,
+                        liveness=self.liveness,
+                        limits=Limits(min_ps=1, max_ps=spec.ps_count.max, min_workers=0,
+                                      max_workers=spec.workers.max,
+                                      register_timeout_s=self.register_timeout_s))
+        self.spawner.prefer("ps", ps_nodes)
+        self.spawner.prefer("worker", worker_nodes)
+        self.coordinator = Coordinator(cfg, _Locked(self.spawner, self._spawn_lock))
+        self.thread = threading.Thread(target=self.coordinator.serve, name="coordinator", daemon=True)
+        self.thread.start()
+        self.state, self.started_at = "running", time.time()
+        deadline = time.monotonic() + self.register_timeout_s
+        while time.monotonic() < deadline:
+            st = self._coordinator_status()
+            if st is not None and st.state == "running":
+                return {"ok": True, "reason": "started"}
+            if not self.thread.is_alive():
+                break
+            time.sleep(0.1)
+        self._check_thread()
+        return {"ok": False, "reason": f"the job did not start ({self.state})"}
+
+    def _rescale(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
+        assert self.coordinator is not None
+        with self._spawn_lock:
+            self.spawner.reap()
+            self.spawner.prefer("ps", ps_nodes)
+            self.spawner.prefer("worker", worker_nodes)
+        try:
+            with ElasticJob(self.coordinator.address, timeout_s=self.register_timeout_s + 60) as job:
+                reply = job.scale(ps=ps, workers=workers)
+        except (ScaleRefused, TimeoutError) as exc:
+            return {"ok": False, "reason": str(exc)}
+        finally:
+            with self._spawn_lock:
+                self.spawner.prefer("ps", [])
+                self.spawner.prefer("worker", [])
+        self.state = "paused" if workers == 0 else "running"
+        self._trim_spares()
+        return {"ok": True, "reason": reply.reason or "scaled", "plan_id": reply.plan_id,
+                "clock": reply.clock}
+
+    def _trim_spares(self) -> None:
+        """End member actors that registered but are in no plan (left over from a refused operation)."""
+        st = self._coordinator_status()
+        if st is None:
+            return
+        standby = {m.pid for m in st.members if m.state == "standby"}
+        with self._spawn_lock:
+            spare = [r.name for r in self.spawner.members.values() if r.pid in standby]
+            self.spawner.stop(spare)
+
+    def cancel(self) -> dict[str, Any]:
+        """Stop the job now: every member ends, the job is ``cancelled`` (idempotent)."""
+        if self.state in TERMINAL:
+            return {"ok": self.state == "cancelled", "reason": f"job is {self.state}"}
+        self.state, self.finished_at, self.reason = "cancelled", time.time(), "cancelled"
+        if self.coordinator is not None:
+            self.coordinator.state = "done"  # its loop ends at the next tick and stops the members
+            if self.thread is not None:
+                self.thread.join(timeout=10)
+        with self._spawn_lock:
+            self.spawner.close(grace_s=0.0)
+        return {"ok": True, "reason": "cancelled"}
+
+    def kill_member(self, role: str) -> str | None:
+        """Tests and fault drills: kill one member actor of ``role`` (its process dies); its name."""
+        with self._spawn_lock:
+            for rec in self.spawner.members.values():
+                if rec.role == role and rec.pid is not None:
+                    ray.kill(rec.handle)
+                    return rec.name
+        return None
+
+
+class _Locked:
+    """The spawner as the coordinator's thread sees it: every call under the host's lock."""
+
+    def __init__(self, spawner: RaySpawner, lock: threading.Lock) -> None:
+        self.spawner, self.lock = spawner, lock
+
+    def spawn(self, role, coordinator: str) -> None:
+        with self.lock:
+            self.spawner.spawn(role, coordinator)
+
+    def close(self) -> None:
+        with self.lock:
+            self.spawner.close()
+
+
+JobHost = actor_class(JobHostImpl, num_cpus=0, max_restarts=0, max_concurrency=8)
+"""The host actor class; created detached and named by :meth:`clusters.ray.backend.RayBackend.submit`."""

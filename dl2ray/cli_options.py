@@ -1,0 +1,17 @@
+"""Options every ``dl2ray`` command spells the same way (typer annotations), below the command modules that
+use them (:mod:`dl2ray.commands`, :mod:`dl2ray.profile_cli`, ...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="experiment YAML (default: configs/testbed.yaml)")
+]
+TraceOpt = Annotated[
+    Path | None, typer.Option("--trace", help="dl2ray Parquet trace (default: generate from config)")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout, nothing else")]

@@ -1,0 +1,160 @@
+"""What every learner records, written once: its options, one typed record per update, validations, the run's
+result and its checkpoint document; and the :class:`Learner` protocol the trainers implement.
+
+Update records are typed per kind of learner, never one type whose fields change meaning:
+
+* :class:`UpdateRow`: an actor-critic update (the paper's trainer, ``improve``, the A3C agents, the
+  live learner): policy loss, value loss, entropy, mean slot reward, mean value, new experience;
+* :class:`CounterfactualRow`: an update of the shape policy by counterfactual rollouts
+  (:class:`~dl2ray.learn.shape_rl.ShapeTrainer`): its loss, the KL divergence from the policy before
+  the update, entropy, mean slot reward, mean counterfactual gain, tries, slots and rollouts.
+
+A run's history (:class:`RLResult`, the run JSON ``OUT.json`` and the checkpoint's ``result``) holds the
+records as they are; :func:`update_record` reads one back by its fields (an older shape run, written
+before the two were told apart, reads back as :class:`UpdateRow` with the KL in ``value_loss``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+ALGOS = ("paper", "improve", "counterfactual")
+"""``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
+``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`);
+``counterfactual``: per-job counterfactual policy optimisation of the *shape* policy
+(:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`)."""
+
+
+@dataclass
+class RLOptions:
+    """One run's switches (the ablations of the paper's Table 2) and its schedule."""
+
+    critic: bool = True  # False: REINFORCE with the minibatch-mean return as baseline
+    exploration: bool = True  # job-aware exploration (policy.exploration_eps / _ratio)
+    replay: bool = True  # False: learn on each update's fresh steps only
+    prioritized: bool = False  # prioritised replay (see dl2ray.learn.replay)
+    traces: int = 100  # training traces, cycled
+    val_traces: int = 3  # validation traces for the periodic JCT
+    val_every: int = 25  # updates between validations
+    checkpoint_every: int = 50  # updates between checkpoints
+    steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
+    critic_warmup: int = 0  # first updates that train only the value network
+    max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
+    algo: Literal["paper", "improve", "counterfactual"] = "paper"  # see ALGOS
+    zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
+
+
+@dataclass
+class UpdateRow:
+    """Per update: losses, mean entropy, mean slot reward and counts of the new experience."""
+
+    update: int
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    reward: float
+    mean_value: float
+    new_steps: int
+    new_slots: int
+    explored: int
+
+
+@dataclass
+class ValidationRow:
+    update: int
+    avg_jct: float
+
+
+@dataclass
+class RLResult:
+    """History of a run; ``baseline_avg_jct`` is DRF's average JCT on the same validation traces."""
+
+    seed: int
+    init: str | None
+    updates: int
+    val_seeds: list[int]
+    baseline_avg_jct: float
+    history: list[UpdateRecord] = field(default_factory=list)
+    validation: list[ValidationRow] = field(default_factory=list)
+    wall_seconds: float = 0.0  # training and validation, summed over resumed sessions
+
+    @property
+    def best(self) -> ValidationRow | None:
+        return min(self.validation, key=lambda r: r.avg_jct) if self.validation else None
+
+
+@dataclass
+class CounterfactualRow:
+    """Per update of the shape policy by counterfactual rollouts (:mod:`dl2ray.learn.counterfactual`)."""
+
+    update: int
+    policy_loss: float  # the clipped surrogate's loss
+    kl: float  # KL(policy before the update || after), mean over the tries' states
+    entropy: float
+    reward: float  # mean slot reward of the greedy episodes the tries came from
+    mean_gain: float  # mean counterfactual gain of the tries (slots of JCT saved)
+    tries: int
+    slots: int
+    rollouts: int
+
+
+UpdateRecord = UpdateRow | CounterfactualRow
+"""One update of any learner."""
+
+
+def update_record(doc: dict[str, Any]) -> UpdateRecord:
+    """A record of a history read back (a run JSON, a checkpoint's ``result``), typed by its fields."""
+    return CounterfactualRow(**doc) if "kl" in doc else UpdateRow(**doc)
+
+
+def restore_result(result: RLResult, doc: dict[str, Any], updates: int) -> None:
+    """Put a checkpoint's ``result`` document (:func:`result_doc`) back into ``result`` (in place), at
+    ``updates`` updates. Every learner that resumes restores its result here."""
+    result.history = [update_record(row) for row in doc["history"]]
+    result.validation = [ValidationRow(**row) for row in doc["validation"]]
+    result.baseline_avg_jct = float(doc["baseline_avg_jct"])
+    result.wall_seconds = float(doc.get("wall_seconds", 0.0))
+    result.updates = updates
+
+
+def result_doc(result: RLResult) -> dict:
+    """The result as a JSON-able document (with its best validation)."""
+    return {**asdict(result), "best": asdict(result.best) if result.best else None}
+
+
+def rng_state(rng: np.random.Generator) -> dict:
+    return dict(rng.bit_generator.state)
+
+
+def scalars(row: UpdateRecord) -> dict[str, float]:
+    """The numbers of a record worth plotting (TensorBoard ``rl/NAME``): every field but the update count."""
+    return {f.name: float(getattr(row, f.name)) for f in dataclasses.fields(row) if f.name != "update"}
+
+
+class Learner(Protocol):
+    """A trainer of a DL2 policy, one update at a time (the paper's :class:`~dl2ray.learn.rl.Trainer`,
+    the shape policy's :class:`~dl2ray.learn.shape_rl.ShapeTrainer`; :func:`~dl2ray.learn.rl.train_rl`
+    drives either). ``result`` holds the run's history; a checkpoint :meth:`save` wrote, :meth:`restore`
+    continues from."""
+
+    seed: int
+    opts: RLOptions
+    updates: int
+    result: RLResult
+
+    def update(self) -> UpdateRecord:
+        """Collect experience and improve the policy once; the update's record (also in ``result``)."""
+        ...
+
+    def validate(self) -> ValidationRow:
+        """The greedy policy's average JCT on the validation traces now (also in ``result``)."""
+        ...
+
+    def save(self, path: Path) -> None: ...
+
+    def restore(self, path: Path) -> None: ...
