@@ -50,6 +50,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -368,7 +369,7 @@ def stream_variation(rng: np.random.Generator, v: float, n: int) -> np.ndarray:
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
+def _splitmix64(x: Any) -> Any:
     """The splitmix64 finaliser, elementwise on uint64 (a counter-based hash: good bits from any input)."""
     with np.errstate(over="ignore"):
         x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64

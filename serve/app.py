@@ -177,7 +177,7 @@ class DecisionService:
                           last_error=self.store.last_error, config=self.cfg.name,
                           arch=cur.scheduler.arch, window=self.cfg.policy.window, max_jobs=self.max_jobs,
                           job_types=list(self.cfg.catalogue.names), schedulers=["dl2", *self.heuristics],
-                          overload=OverloadInfo(**self.admission.stats()))
+                          overload=OverloadInfo.model_validate(self.admission.stats()))
 
     async def healthz(self) -> Health:
         return Health(status="ok", policy_version=self.store.current.version)
@@ -448,13 +448,14 @@ def _with_request_schemas(app: FastAPI) -> FastAPI:
     build_doc = app.openapi
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            doc = build_doc()
-            schema = DecideRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-            components = doc.setdefault("components", {}).setdefault("schemas", {})
-            for name, sub in {**schema.pop("$defs", {}), "DecideRequest": schema}.items():
-                components.setdefault(name, sub)
-        return app.openapi_schema
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = build_doc()  # FastAPI keeps it as app.openapi_schema: the components added below stay
+        schema = DecideRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+        for name, sub in {**schema.pop("$defs", {}), "DecideRequest": schema}.items():
+            components.setdefault(name, sub)
+        return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -94,7 +94,10 @@ def app_urls(name: str = "dl2ray", host: str = "127.0.0.1") -> dict[str, list[st
     import ray
     from ray.serve.context import _get_global_client
 
-    groups = ray.get(_get_global_client()._controller.get_target_groups.remote(name))
+    client = _get_global_client()
+    if client is None:
+        raise RuntimeError("Serve is not running in this Ray cluster")
+    groups = ray.get(client._controller.get_target_groups.remote(name))
     out: dict[str, list[str]] = {"http": [], "grpc": []}
     for group in groups:
         scheme = str(getattr(group.protocol, "value", group.protocol)).lower()

@@ -30,6 +30,7 @@ import json
 import sys
 import time
 from collections import Counter
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--content-type", default="application/json")
     p.add_argument("--application", default=None, help="gRPC: Serve application name (metadata)")
     args = p.parse_args(argv)
+    run_loop: Any
     try:
         from uvloop import run as run_loop
     except ImportError:  # plain asyncio is only slower

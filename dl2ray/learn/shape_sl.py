@@ -90,7 +90,7 @@ def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, 
     enc = net.enc
     student = NumpyShapePolicy(net)
     out: list[SlotSample] = []
-    for sim, seed in _simulators(cfg, trace_seeds, traces):
+    for sim, seed in simulators(cfg, trace_seeds, traces):
         sched = make_scheduler(teacher, cfg)
         view = sim.reset(seed)
         if hasattr(sched, "reset"):
