@@ -123,7 +123,8 @@ def _strict_json(text: str) -> dict:
 
 
 def test_compare_paired_ratios_and_markdown(capsys):
-    args = ("compare", "--config", str(CONFIGS / "testbed.yaml"), "--schedulers", "drf,planner", "--traces", "2",
+    args = ("compare", "--config", str(CONFIGS / "testbed.yaml"), "--schedulers", "drf,planner",
+            "--traces", "2",
             "--seed", "5", "--processes", "1", "--no-references")
     code, out, _ = run_cli(capsys, *args, "--paired", "drf,planner", "--json")
     rows = {r["scheduler"]: r for r in json.loads(out)["results"]}
