@@ -80,7 +80,7 @@ def profile(
         if noise is not None or runs != 1 or seed != 0:
             raise UserError("--noise/--runs/--seed: options of the simulated measurement, not of --live")
         window = Window.of(window_iterations, window_seconds, warmup_iterations)
-        run_cli(config, live, out, points, fit, window, json_out)
+        run_cli(config, live, out, None if points is None else parse_points(points), fit, window, json_out)
         return
     if window_iterations is not None or window_seconds is not None:
         raise UserError("--window-iterations/--window-seconds: only with --live")

@@ -589,29 +589,29 @@ def profile_from(catalogue: JobCatalogue, specs: Sequence[LiveSpec], window: Win
     return fit_profile(sub, measured, fit, src)
 
 
-def run_cli(config: Path | None, spec_paths: Sequence[Path], out: Path, points: str | None, fit: str,
-            window: Window, json_out: bool) -> None:
+def run_cli(config: Path | None, spec_paths: Sequence[Path], out: Path, points: Sequence[Point] | None,
+            fit: str, window: Window, json_out: bool) -> None:
     """``dl2ray profile --live``: the composition root (config, specs, options in; file and report out).
 
+    ``points``: the user's ``--points`` (None: the default points, clipped to every spec silently).
     Every input is checked before any process starts.
     """
     import json
 
     from dl2ray.config import load_config
     from dl2ray.profile import DEFAULT_POINTS
-    from dl2ray.profile_cli import parse_points
 
     cfg = load_config(config)
     if fit not in ("optimus", "interpolate"):
         raise UserError(f"--fit: {fit!r}; known: optimus, interpolate")
-    pts = DEFAULT_POINTS if points is None else parse_points(points)
+    pts = DEFAULT_POINTS if points is None else tuple(points)
     specs = plan_points(load_specs(spec_paths, cfg.catalogue), pts, explicit=points is not None)
     fit_name: Fit = "optimus" if fit == "optimus" else "interpolate"
     win = (f"--window-iterations {window.iterations}" if window.iterations is not None
            else f"--window-seconds {window.seconds:g}")
     command = ("dl2ray profile --config " + str(config or "configs/testbed.yaml")
                + "".join(f" --live {p}" for p in spec_paths)
-               + (f" --points {points}" if points else "")
+               + (" --points " + ",".join(f"{p}x{w}" for p, w in points) if points else "")
                + f" {win} --warmup-iterations {window.warmup_iterations} --fit {fit} --out {out}")
     source = {"config": cfg.name, "command": command}
 
