@@ -134,11 +134,16 @@ class JobSpec(_Frozen):
         """Iterations to train: ``ceil(epochs · samples / global_batch)``."""
         return math.ceil(self.epochs * self.samples / self.global_batch - 1e-9)
 
-    def worker_args(self) -> list[str]:
-        """Arguments of ``python -m elastic_mxnet.demo_train`` for every worker of this job."""
+    def worker_args(self, iterations: int | None = None) -> list[str]:
+        """Arguments of ``python -m elastic_mxnet.demo_train`` for every worker of this job.
+
+        ``iterations``: train that many instead of :attr:`iterations` (0: until the job is stopped,
+        as a live profile runs it).
+        """
         opt = self.optimizer
+        its = self.iterations if iterations is None else iterations
         args = ["--model", self.model, "--params", str(self.model_params),
-                "--iterations", str(self.iterations), "--global-batch", str(self.global_batch),
+                "--iterations", str(its), "--global-batch", str(self.global_batch),
                 "--samples", str(self.samples), "--optimizer", opt.name, "--lr", repr(opt.learning_rate),
                 "--wd", repr(opt.wd), "--seed", str(self.seed)]
         if opt.name == "sgd":

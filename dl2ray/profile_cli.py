@@ -60,12 +60,30 @@ def profile(
     fit: Annotated[str, typer.Option(help="optimus (Optimus's step-time form) or interpolate")] = "optimus",
     noise: Annotated[float | None, typer.Option(
         help="relative noise of one measurement, ±v (default: the config's speed.variation)")] = None,
+    live: Annotated[list[Path] | None, typer.Option(
+        help="job spec (YAML) to profile as a real elastic MXNet job on this machine; repeat for more "
+             "(dl2ray/profile_live.py)")] = None,
+    window_iterations: Annotated[int | None, typer.Option(
+        help="--live: iterations measured per point (default 30)")] = None,
+    window_seconds: Annotated[float | None, typer.Option(help="--live: seconds measured per point")] = None,
+    warmup_iterations: Annotated[int, typer.Option(
+        help="--live: iterations run at a point before its window")] = 5,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure every job type at a few (PS, workers) points, fit, and write the operator's profile."""
     from dl2ray.config import load_config
     from dl2ray.experiments import _speed_model
 
+    if live:
+        from dl2ray.profile_live import Window, run_cli
+
+        if noise is not None or runs != 1 or seed != 0:
+            raise UserError("--noise/--runs/--seed: options of the simulated measurement, not of --live")
+        window = Window.of(window_iterations, window_seconds, warmup_iterations)
+        run_cli(config, live, out, None if points is None else parse_points(points), fit, window, json_out)
+        return
+    if window_iterations is not None or window_seconds is not None:
+        raise UserError("--window-iterations/--window-seconds: only with --live")
     cfg = load_config(config)
     if fit not in ("optimus", "interpolate"):
         raise UserError(f"--fit: {fit!r}; known: optimus, interpolate")

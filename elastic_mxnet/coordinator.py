@@ -187,12 +187,13 @@ class Coordinator:
     def serve(self) -> int:
         """Run until the job has finished, was stopped or failed; return an exit code."""
         log.info("coordinator on %s (%s)", self.address, self.state)
-        if self.state == "waiting" and self.spawner is not None:
-            for _ in range(self.config.initial_ps):
-                self.spawner.spawn("ps", self.address)
-            for _ in range(self.config.initial_workers):
-                self.spawner.spawn("worker", self.address)
         try:
+            # inside the try: a signal during the first spawns still ends the members spawned so far
+            if self.state == "waiting" and self.spawner is not None:
+                for _ in range(self.config.initial_ps):
+                    self.spawner.spawn("ps", self.address)
+                for _ in range(self.config.initial_workers):
+                    self.spawner.spawn("worker", self.address)
             while self.state != "done":
                 if self.sock.poll(20):
                     self._drain()

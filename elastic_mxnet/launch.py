@@ -45,6 +45,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--max-workers", type=int, default=16)
     p.add_argument("--heartbeat-interval", type=float, default=0.1, help="seconds")
     p.add_argument("--heartbeat-timeout", type=float, default=2.0, help="seconds")
+    p.add_argument(
+        "--register-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a scale request waits for its new members to register",
+    )
     p.add_argument("--chunk-elems", type=int, default=1 << 17, help="largest chunk (elements)")
     p.add_argument("--snapshot-every", type=int, default=20, help="PS snapshot period (iterations)")
     p.add_argument("--snapshot-dir", default="", help="shared directory (default: a temporary one)")
@@ -56,8 +62,16 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         p.error("--ps and --workers must be >= 1")
     if args.ps > args.max_ps or args.workers > args.max_workers:
         p.error("--ps/--workers exceed --max-ps/--max-workers")
-    if args.chunk_elems < 1 or args.snapshot_every < 1 or args.heartbeat_timeout <= 0:
-        p.error("--chunk-elems, --snapshot-every and --heartbeat-timeout must be positive")
+    if (
+        args.chunk_elems < 1
+        or args.snapshot_every < 1
+        or args.heartbeat_timeout <= 0
+        or args.register_timeout <= 0
+    ):
+        p.error(
+            "--chunk-elems, --snapshot-every, --heartbeat-timeout and --register-timeout "
+            "must be positive"
+        )
     return args, cmd
 
 
@@ -72,7 +86,11 @@ def config_from(args: argparse.Namespace) -> JobConfig:
             heartbeat_timeout_s=args.heartbeat_timeout,
             rejoin_grace_s=max(1.5, 3 * args.heartbeat_interval),
         ),
-        limits=Limits(max_ps=args.max_ps, max_workers=args.max_workers),
+        limits=Limits(
+            max_ps=args.max_ps,
+            max_workers=args.max_workers,
+            register_timeout_s=args.register_timeout,
+        ),
         sharding=Sharding(
             chunk_elems=args.chunk_elems,
             snapshot_every=args.snapshot_every,
