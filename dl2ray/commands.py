@@ -255,8 +255,9 @@ def demo(
         return
     if not model.is_file():
         raise UserError(f"--model: {model}: no such checkpoint (the repository ships models/dl2-testbed.pt)")
-    compare(config=None, schedulers=f"fifo,srtf,drf,tetris,optimus,dl2:{model}", traces=traces,
-            seed=TEST[0], trace=None, json_out=False, plot=None, out=out, processes=None)
+    compare(config=None, schedulers=f"fifo,srtf,drf,tetris,optimus,planner,dl2:{model}", traces=traces,
+            seed=TEST[0], trace=None, json_out=False, plot=None, out=out, processes=None,
+            paired="drf,planner")
 
 
 PLUGIN_GROUP = "dl2ray.plugins"

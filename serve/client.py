@@ -193,7 +193,7 @@ class ServeScheduler:
 
     def request(self, view: ClusterView) -> DecideRequest:
         # the DL2 policies read only the last observation that trained; heuristics may read them all
-        return DecideRequest(view=from_view(view, history="last" if self.scheduler == "dl2" else True),
+        return DecideRequest(view=from_view(view, history="recent" if self.scheduler == "dl2" else True),
                              scheduler=self.scheduler)
 
     def body(self, view: ClusterView) -> bytes:

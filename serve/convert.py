@@ -187,17 +187,20 @@ def _node_runs(capacity: np.ndarray, free: np.ndarray) -> list[NodeState]:
 
 def _observations(job, history: bool | str) -> tuple:
     """The observations of ``job`` that :func:`from_view` sends."""
-    if history == "last":
-        last = job.last_trained()
-        return () if last is None else (last,)
+    if history == "recent":
+        from dl2ray.policy.shape import SLOWNESS_SLOTS
+
+        trained = [o for o in job.history if o.epochs > 0 and o.seconds > 0]
+        return tuple(trained[-SLOWNESS_SLOTS:])
     return job.history if history else ()
 
 
 def from_view(view: ClusterView, history: bool | str = True) -> ViewIn:
     """The request body's view for ``view`` (every field explicit, so the server's defaults do not matter).
 
-    ``history``: True sends every observation; ``"last"`` only each job's most recent one that trained
-    (all the DL2 policies read: the shape policy's last observed speed; the body stays small);
+    ``history``: True sends every observation; ``"recent"`` only each job's last
+    :data:`~dl2ray.policy.shape.SLOWNESS_SLOTS` observations that trained (all the DL2 policies read: the
+    shape policy's observed slowness, the paper policy's last speed; the body stays small);
     False none.
     """
     nodes = _node_runs(view.capacity, view.free)

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 from serve_support import SHIPPED, TESTBED, Endpoint, sim_views
 
-from dl2ray.config import ExperimentConfig
+from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.view import ClusterView
+
+
+@pytest.fixture(scope="session")
+def testbed() -> ExperimentConfig:
+    """The config the shipped policy was trained for (``configs/testbed.yaml``: the realistic world, the
+    operator's profile); overrides the suite's clairvoyant ``testbed`` inside tests/serve."""
+    return load_config(TESTBED)
 
 
 @pytest.fixture(scope="session")
