@@ -134,7 +134,7 @@ def test_info_metrics_equal_what_simulate_reports(capsys, testbed) -> None:
         obs, _, term, trunc, info = env.step(greedy(obs["action_mask"].astype(bool)))
         if term or trunc:
             break
-    code, out, _ = run_cli(capsys, "simulate", "--config", str(CONFIGS / "testbed.yaml"),
+    code, out, _ = run_cli(capsys, "simulate", "--config", str(CONFIGS / "testbed-clairvoyant.yaml"),
                            "--scheduler", f"dl2:{model}", "--seed", "3000000", "--json")
     assert code == 0
     reported = json.loads(out)

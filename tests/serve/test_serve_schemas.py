@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dl2ray.policy.shape import SLOWNESS_SLOTS
 from dl2ray.schedulers.drf import DRF
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
 from serve.client import ServeScheduler
@@ -45,15 +46,16 @@ def test_view_with_partly_free_nodes_round_trips(views):
     _same_view(_through_json(partial), partial)
 
 
-def test_client_body_sends_dl2_only_the_last_observation_that_trained(views):
+def test_client_body_sends_dl2_only_the_recent_observations_that_trained(views):
+    """The DL2 policies read at most the last SLOWNESS_SLOTS trained observations; the body carries just those."""
     view = views[-1]
-    assert any(len(j.history) > 1 for j in view.jobs)
+    assert any(len(j.history) > SLOWNESS_SLOTS for j in view.jobs)
     dl2 = DecideRequest.model_validate_json(ServeScheduler("http://h:1").body(view))
     drf = DecideRequest.model_validate_json(ServeScheduler("http://h:1", "drf").body(view))
     assert dl2.scheduler == "dl2"
     for sent, job in zip(dl2.view.jobs, view.jobs, strict=True):
         trained = [o for o in job.history if o.epochs > 0 and o.seconds > 0]
-        assert [(o.slot, o.epochs) for o in sent.history] == [(o.slot, o.epochs) for o in trained[-1:]]
+        assert [(o.slot, o.epochs) for o in sent.history] == [(o.slot, o.epochs) for o in trained[-SLOWNESS_SLOTS:]]
     assert drf.scheduler == "drf"
     assert [len(j.history) for j in drf.view.jobs] == [len(j.history) for j in view.jobs]
 
