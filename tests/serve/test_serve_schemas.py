@@ -47,7 +47,7 @@ def test_view_with_partly_free_nodes_round_trips(views):
 
 
 def test_client_body_sends_dl2_only_the_recent_observations_that_trained(views):
-    """The DL2 policies read at most the last SLOWNESS_SLOTS trained observations; the body carries just those."""
+    """The DL2 policies read at most the last SLOWNESS_SLOTS trained observations: the body carries those."""
     view = views[-1]
     assert any(len(j.history) > SLOWNESS_SLOTS for j in view.jobs)
     dl2 = DecideRequest.model_validate_json(ServeScheduler("http://h:1").body(view))
@@ -55,7 +55,8 @@ def test_client_body_sends_dl2_only_the_recent_observations_that_trained(views):
     assert dl2.scheduler == "dl2"
     for sent, job in zip(dl2.view.jobs, view.jobs, strict=True):
         trained = [o for o in job.history if o.epochs > 0 and o.seconds > 0]
-        assert [(o.slot, o.epochs) for o in sent.history] == [(o.slot, o.epochs) for o in trained[-SLOWNESS_SLOTS:]]
+        recent = trained[-SLOWNESS_SLOTS:]
+        assert [(o.slot, o.epochs) for o in sent.history] == [(o.slot, o.epochs) for o in recent]
     assert drf.scheduler == "drf"
     assert [len(j.history) for j in drf.view.jobs] == [len(j.history) for j in view.jobs]
 
