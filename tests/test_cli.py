@@ -106,7 +106,10 @@ def test_demo_compares_the_shipped_policy_on_test_traces(capsys, tmp_path):
     doc = json.loads((tmp_path / "d" / "results.json").read_text())
     assert doc["seeds"] == [4_000_000]  # the first test seed
     names = [r["scheduler"] for r in doc["results"]]
-    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", f"dl2:{model}", "oracle", "lower-bound"]
+    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", "planner", f"dl2:{model}", "oracle",
+                     "lower-bound"]
+    dl2 = next(r for r in doc["results"] if r["scheduler"] == f"dl2:{model}")
+    assert set(dl2["paired"]) == {"drf", "planner"}
     assert all(r["completed"] == r["jobs"] for r in doc["results"])
 
 

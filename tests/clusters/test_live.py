@@ -83,7 +83,9 @@ def reference_params(spec: JobSpec) -> list[np.ndarray]:
 
 def test_scale_up_down_pause_resume_finish_equals_unscaled_training(backend, tmp_path: Path) -> None:
     be, names = backend
-    spec = small_spec("live-scaled", output=str(tmp_path / "params.npz"))
+    # 30 epochs: on a loaded machine a scale-up (a new worker process importing MXNet) can take 30 s, and
+    # the job must still be training when it lands
+    spec = small_spec("live-scaled", output=str(tmp_path / "params.npz"), epochs=30)
     names.append(spec.name)
     jid = be.submit(spec)["job_id"]
 
