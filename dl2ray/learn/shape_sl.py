@@ -27,7 +27,7 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
 from dl2ray.policy.shape import ShapeEncoding, cap_mask, job_features
 from dl2ray.policy.shape_net import ShapePolicyNet
-from dl2ray.view import ClusterView
+from dl2ray.view import Allocation, ClusterView
 from dl2ray.workload import Trace
 
 
@@ -57,25 +57,7 @@ def record(cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_
            on_trace: Callable[[], None] | None = None, traces: Sequence[Trace] | None = None,
            ) -> list[SlotSample]:
     """Slots (with at least one job) of ``teacher`` on each trace seed (or fixed trace)."""
-    from dl2ray.schedulers.base import make_scheduler
-
-    enc = ShapeEncoding.from_config(cfg)
-    out: list[SlotSample] = []
-    for sim, seed in simulators(cfg, trace_seeds, traces):
-        sched = make_scheduler(teacher, cfg)
-        view = sim.reset(seed)
-        if hasattr(sched, "reset"):
-            sched.reset(seed)
-        for _ in range(max_slots):
-            if sim.done:
-                break
-            alloc = sched.decide(view)
-            if view.jobs:
-                out.append(teacher_sample(view, enc, alloc))
-            view = sim.step(alloc).view
-        if on_trace:
-            on_trace()
-    return out
+    return _record(cfg, teacher, ShapeEncoding.from_config(cfg), trace_seeds, max_slots, traces, on_trace)
 
 
 def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, trace_seeds: Sequence[int],
@@ -85,10 +67,25 @@ def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, 
     these labels teach it the way back."""
     from dl2ray.policy.shape import decide_shapes
     from dl2ray.policy.shape_net import NumpyShapePolicy
+
+    enc, student = net.enc, NumpyShapePolicy(net)
+
+    def act(view: ClusterView, label: Allocation) -> Allocation:
+        if not view.jobs:
+            return label
+        x, g = job_features(view, enc)
+        return decide_shapes(view, enc, student.logits(x, g)).allocation
+
+    return _record(cfg, teacher, enc, trace_seeds, max_slots, traces, None, act)
+
+
+def _record(cfg: ExperimentConfig, teacher: str, enc: ShapeEncoding, trace_seeds: Sequence[int],
+            max_slots: int, traces: Sequence[Trace] | None, on_trace: Callable[[], None] | None,
+            act: Callable[[ClusterView, Allocation], Allocation] | None = None) -> list[SlotSample]:
+    """Every slot with a job on each trace, labelled with ``teacher``'s allocation; the run goes on with
+    ``act(view, label)`` (default: the label itself, i.e. the teacher drives)."""
     from dl2ray.schedulers.base import make_scheduler
 
-    enc = net.enc
-    student = NumpyShapePolicy(net)
     out: list[SlotSample] = []
     for sim, seed in simulators(cfg, trace_seeds, traces):
         sched = make_scheduler(teacher, cfg)
@@ -99,12 +96,11 @@ def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, 
             if sim.done:
                 break
             label = sched.decide(view)
-            if not view.jobs:
-                view = sim.step(label).view
-                continue
-            out.append(teacher_sample(view, enc, label))
-            x, g = job_features(view, enc)
-            view = sim.step(decide_shapes(view, enc, student.logits(x, g)).allocation).view
+            if view.jobs:
+                out.append(teacher_sample(view, enc, label))
+            view = sim.step(label if act is None else act(view, label)).view
+        if on_trace:
+            on_trace()
     return out
 
 
