@@ -44,7 +44,7 @@ from dl2ray.config import ExperimentConfig, InterferenceConfig
 from dl2ray.sim import AllocationError, RunResult, Simulator, _Job
 from dl2ray.speed import layout_of, stream_variation
 from dl2ray.view import Allocation, JobPlacement, JobView, Observation, Tasks
-from dl2ray.workload import JobCatalogue
+from dl2ray.workload import JobCatalogue, Trace
 
 _EPS = 1e-9
 
@@ -254,12 +254,13 @@ class GangSimulator(Simulator):
         self._beta = np.array([self.gang.locality.get(n, 0.0) for n in names])
         self._gpus = self.capacity[:, 1]
 
-    def reset(self, seed: int):
+    def reset(self, seed: int, trace: Trace | None = None):
         from dl2ray.gang_trace import gang_trace
 
         # The base reset reads the fixed trace; gang mode draws its own when none was given.
-        self._fixed_trace = self._given_trace if self._given_trace is not None else gang_trace(self.cfg, seed)
-        super().reset(seed)
+        if trace is None:
+            trace = self._given_trace if self._given_trace is not None else gang_trace(self.cfg, seed)
+        super().reset(seed, trace)
         r = self.result
         self.result = GangRunResult(
             r.slot_seconds,

@@ -16,6 +16,11 @@ SPENT_TEST = range(3_000_000, 3_100_000)
 """The test set of the clairvoyant rounds, used across four shipping rounds: spent. Its numbers stay
 reproducible with the ``*-clairvoyant`` configs and ``--seed 3000000``; no new result is reported on it."""
 
+TWIN = range(9_000_000, 10_000_000)
+"""The seeds of a twin's own draws (:mod:`dl2ray.learn.twin`): per-job speed factors and slot noise of a
+replayed observed trace. Never the seed of a real trace, so a twin never re-draws its cluster's hidden
+factors."""
+
 
 def _take(seeds: range, n: int, offset: int) -> list[int]:
     if n < 0 or offset < 0 or offset + n > len(seeds):
@@ -36,9 +41,16 @@ def test(n: int, offset: int = 0) -> list[int]:
     return _take(TEST, n, offset)
 
 
+def twin(n: int, offset: int = 0) -> list[int]:
+    """The twin seeds ``offset .. offset+n-1`` (wrapping around the set)."""
+    return [TWIN[(offset + i) % len(TWIN)] for i in range(n)]
+
+
 def which(seed: int) -> str:
-    """``"training"``, ``"validation"``, ``"test"``, ``"spent-test"`` or ``"none"``: a seed's set."""
-    sets = (("training", TRAINING), ("validation", VALIDATION), ("test", TEST), ("spent-test", SPENT_TEST))
+    """The set a seed is in: ``"training"``, ``"validation"``, ``"test"``, ``"spent-test"``, ``"twin"``
+    or ``"none"``."""
+    sets = (("training", TRAINING), ("validation", VALIDATION), ("test", TEST), ("spent-test", SPENT_TEST),
+            ("twin", TWIN))
     for name, r in sets:
         if seed in r:
             return name

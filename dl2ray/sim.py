@@ -139,13 +139,14 @@ class Simulator:
 
     # -- episode ------------------------------------------------------------------------
 
-    def reset(self, seed: int) -> ClusterView:
-        """Start a run; returns the view of slot 0."""
+    def reset(self, seed: int, trace: Trace | None = None) -> ClusterView:
+        """Start a run; returns the view of slot 0. ``trace``: replay it (with ``seed``'s noise and per-job
+        factors) instead of the simulator's fixed trace or the one ``seed`` generates."""
         self.rng = np.random.default_rng([seed, 0x5EED])
         self._seed = seed
-        if self._fixed_trace is not None:
+        if trace is None and self._fixed_trace is not None:
             trace = self._fixed_trace
-        else:
+        elif trace is None:
             from dl2ray.traces.generate import generate_trace
 
             trace = generate_trace(self.cfg, seed)

@@ -29,23 +29,38 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import ray
 import torch
 
-from clusters.a3c.weights import atomic_save, load_vector, networks, params_vector
+from clusters.a3c.weights import (
+    OuterStep,
+    atomic_save,
+    fresh_networks,
+    load_vector,
+    networks,
+    num_params,
+    params_vector,
+    save_networks,
+)
 from clusters.runtime import actor_class, incarnation
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import rl
 from dl2ray.learn.actor_critic import ActorCriticOptimizer
-from dl2ray.learn.records import RLResult, UpdateRow, ValidationRow, restore_result, result_doc
-from dl2ray.policy.encoding import Encoding
-from dl2ray.policy.network import build_networks, load_checkpoint, save_checkpoint
+from dl2ray.learn.records import RLResult, UpdateRecord, ValidationRow, restore_result, result_doc
+from dl2ray.policy.network import load_checkpoint
+from dl2ray.policy.shape_net import load_shape_checkpoint
+
+SHAPE_MAX_UPDATE_NORM = 10.0
+"""The default bound on a shape pseudo-gradient's L2 norm: a KL-limited improvement (``policy.shape.kl``
+0.1 nats, ``trust`` 0.02) moves the testbed network by well under 1 (docs/BENCHMARKS.md, "A3C of the
+shape policy"), so 10 refuses only what no honest update is."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,12 @@ class A3COptions:
     max_in_flight: int = 2  # unanswered pushes after which an agent waits (bounds staleness)
     agent_restarts: int = 3  # Ray restarts allowed per agent (-1: unlimited)
     threads: int = 1  # torch CPU threads per actor (more only steal the other agents' cores)
+    max_update_norm: float | None = None  # a push with a larger L2 norm is refused; None: the arch's default
+    max_lag: int | None = None  # a push computed on weights more than this many updates old is refused
+    twin: Literal["config", "observed"] = "config"  # shape agents' twin (clusters.a3c.shape_agent)
+    twin_window: int = 8  # observed twin: the newest observed traces it replays
+    observe_every: int = 1  # observed twin: updates per episode run on the agent's own cluster
+    zero_advantage: bool = False  # shape agents: the control (each try's advantages shuffled)
 
     def __post_init__(self) -> None:
         if self.agents < 1 or self.traces < self.agents:
@@ -73,6 +94,8 @@ class A3COptions:
                              "every agent needs training traces of its own")
         if self.pull_every < 1 or self.max_in_flight < 1:
             raise ValueError("pull_every and max_in_flight must be >= 1")
+        if self.twin_window < 1 or self.observe_every < 1:
+            raise ValueError("twin_window and observe_every must be >= 1")
 
     def agent_traces(self, agent_id: int) -> list[int]:
         """Agent ``agent_id``'s training seeds: every ``agents``-th of ``seeds.training(traces)``."""
@@ -85,7 +108,7 @@ class ValidatorImpl:
     def __init__(self, cfg: ExperimentConfig, val_seeds: list[int], threads: int = 1) -> None:
         torch.set_num_threads(threads)
         self.cfg, self.val_seeds = cfg, val_seeds
-        self.policy, self.value = build_networks(Encoding.from_config(cfg), cfg.policy.hidden, 0)
+        self.policy, self.value = fresh_networks(cfg)
 
     def baseline(self) -> float:
         """DRF's average JCT (slots) on the validation traces: the reference of every run."""
@@ -124,8 +147,16 @@ class GlobalPolicyImpl:
         self.cfg, self.seed, self.opts = cfg, seed, options
         self.checkpoint = Path(checkpoint) if checkpoint else None
         self.policy, self.value = networks(cfg, init, seed)
-        self.opt = ActorCriticOptimizer(self.policy, self.value, cfg.policy.rl_lr, options.max_grad_norm)
+        self.opt: ActorCriticOptimizer | OuterStep = (
+            OuterStep(self.policy) if self.value is None
+            else ActorCriticOptimizer(self.policy, self.value,  # type: ignore[arg-type]  # paper networks
+                                      cfg.policy.rl_lr, options.max_grad_norm))
+        self.size = num_params(self.policy, self.value)
+        self.norm_bound = (options.max_update_norm if options.max_update_norm is not None
+                           else SHAPE_MAX_UPDATE_NORM if self.value is None else None)
+        self.max_norm_seen = 0.0  # the largest L2 norm of an applied push
         self.per_agent: dict[int, int] = {}
+        self.refused: Counter[str] = Counter()  # pushes refused, by reason (see check)
         self.val_seeds = seedsets.validation(options.val_traces)
         self.result = RLResult(seed, init, 0, self.val_seeds, float("nan"))
         self.resumed = False
@@ -142,14 +173,37 @@ class GlobalPolicyImpl:
 
     # -- updates ---------------------------------------------------------------------------
 
-    def push(self, flat_grad: np.ndarray, row: UpdateRow, agent_id: int, limit: int | None = None,
-             pull: bool = False) -> tuple[int, np.ndarray | None]:
+    def check(self, flat_grad: np.ndarray, version: int | None = None) -> str | None:
+        """Why a push must be refused, or None: ``"shape"`` (not one value per parameter),
+        ``"nan"`` (a NaN or infinity), ``"norm"`` (L2 norm above ``norm_bound``), ``"stale"``
+        (computed on weights of update ``version``, more than ``max_lag`` updates ago)."""
+        g = np.asarray(flat_grad)
+        if g.ndim != 1 or g.shape[0] != self.size:
+            return "shape"
+        if not np.all(np.isfinite(g)):
+            return "nan"
+        norm = float(np.linalg.norm(g.astype(np.float64)))
+        if self.norm_bound is not None and norm > self.norm_bound:
+            return "norm"
+        lag_bound = self.opts.max_lag
+        if version is not None and lag_bound is not None and self.opt.updates - version > lag_bound:
+            return "stale"
+        return None
+
+    def push(self, flat_grad: np.ndarray, row: UpdateRecord, agent_id: int, limit: int | None = None,
+             pull: bool = False, version: int | None = None) -> tuple[int, np.ndarray | None]:
         """Apply one agent's gradient with the statistics of its minibatch; ``(updates, weights or None)``.
 
         A push that would exceed ``limit`` updates is dropped (so a run ends at
-        exactly ``limit``). ``pull``: return the parameters after it too.
+        exactly ``limit``); one that :meth:`check` refuses is counted in ``refused`` and never
+        applied. ``pull``: return the parameters after it too. ``version``: the update count of the
+        weights the gradient was computed on (for the staleness bound).
         """
-        if limit is None or self.opt.updates < limit:
+        why = self.check(flat_grad, version)
+        if why is not None:
+            self.refused[why] += 1
+        elif limit is None or self.opt.updates < limit:
+            self.max_norm_seen = max(self.max_norm_seen, float(np.linalg.norm(flat_grad)))
             self.apply_gradients(flat_grad, agent_id)
             u = self.opt.updates
             row = dataclasses.replace(row, update=u)
@@ -190,15 +244,17 @@ class GlobalPolicyImpl:
             return since, None
         with tempfile.TemporaryDirectory(prefix="dl2ray-gp-") as tmp:
             path = Path(tmp) / "snapshot.pt"
-            save_checkpoint(path, self.policy, self.value, self.cfg.catalogue.names,
-                            extra={"kind": "a3c-snapshot", "seed": self.seed, "updates": self.opt.updates})
+            save_networks(path, self.policy, self.value, self.cfg.catalogue.names,
+                          extra={"kind": "a3c-snapshot", "seed": self.seed, "updates": self.opt.updates})
             return self.opt.updates, path.read_bytes()
 
     def stats(self) -> dict[str, Any]:
         """``updates`` (total), ``per_agent`` (updates per agent id), ``resumed`` (from a checkpoint),
-        ``last_val`` (the latest validation row as a dict, or None)."""
+        ``refused`` (pushes refused, by reason), ``max_norm`` (largest norm applied), ``last_val`` (the
+        latest validation row as a dict, or None)."""
         last = self.result.validation[-1] if self.result.validation else None
         return {"updates": self.opt.updates, "per_agent": dict(self.per_agent), "resumed": self.resumed,
+                "refused": dict(self.refused), "max_norm": self.max_norm_seen,
                 "last_val": dataclasses.asdict(last) if last else None}
 
     # -- validation --------------------------------------------------------------------------
@@ -254,7 +310,7 @@ class GlobalPolicyImpl:
 
     def _save_best(self, snap: _Snapshot) -> None:
         assert self.checkpoint is not None
-        policy, value = build_networks(self.policy.enc, self.cfg.policy.hidden, 0)
+        policy, value = fresh_networks(self.cfg)
         load_vector(policy, value, snap.weights)
         extra = {"kind": "a3c-best", "seed": self.seed, "updates": snap.update,
                  "val_avg_jct": self.result.validation[-1].avg_jct}
@@ -282,21 +338,28 @@ class GlobalPolicyImpl:
         """What the checkpoint holds beside the networks (a subclass adds its own keys)."""
         return {"kind": "a3c", "seed": self.seed, "updates": self.opt.updates,
                 "optimizer": self.opt.state_dict(),
-                "per_agent": {str(k): v for k, v in self.per_agent.items()},
+                "per_agent": {str(k): v for k, v in self.per_agent.items()}, "refused": dict(self.refused),
                 "options": dataclasses.asdict(self.opts), "result": result_doc(self.result)}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         """A subclass's part of :meth:`_restore` (the checkpoint is read once)."""
 
     def _restore(self, path: Path) -> None:
-        ckpt = load_checkpoint(path, expect=self.policy.enc, catalogue=self.cfg.catalogue.names)
-        ex = ckpt.extra
+        enc: Any = self.policy.enc  # ShapeEncoding or Encoding, with the architecture
+        if self.value is None:
+            shape = load_shape_checkpoint(path, expect=enc)
+            ex = shape.extra
+            self.policy.load_state_dict(shape.policy.state_dict())
+        else:
+            ckpt = load_checkpoint(path, expect=enc, catalogue=self.cfg.catalogue.names)
+            ex = ckpt.extra
+            self.policy.load_state_dict(ckpt.policy.state_dict())
+            self.value.load_state_dict(ckpt.value.state_dict())
         if ex.get("kind") != "a3c":
             raise ValueError(f"{path}: not an A3C checkpoint; cannot resume from it")
-        self.policy.load_state_dict(ckpt.policy.state_dict())
-        self.value.load_state_dict(ckpt.value.state_dict())
         self.opt.load_state_dict(ex["optimizer"])
         self.per_agent = {int(k): int(v) for k, v in ex["per_agent"].items()}
+        self.refused = Counter({str(k): int(v) for k, v in ex.get("refused", {}).items()})
         self.result.init = ex["result"]["init"]
         restore_result(self.result, ex["result"], int(ex["result"]["updates"]))
         self._restore_extra(ex)

@@ -2,29 +2,31 @@
 
 Architecture (``docs/policy.md``, "Federated A3C"):
 
-- :class:`~clusters.a3c.global_policy.GlobalPolicy` applies each gradient on arrival, validates
-  off the update path and checkpoints (:mod:`clusters.a3c.global_policy`).
-- :class:`ClusterAgent` is bound to its own :class:`~clusters.agent.backend.ClusterBackend`
-  and its own part of the training traces: with N agents, agent ``i`` cycles
-  every N-th seed of ``seeds.training(traces)`` from the ``i``-th (disjoint
-  parts; together the same set as the single-process trainer's). Its loop:
-  collect ``steps_per_update`` decision steps with the sampled policy (and
-  job-aware exploration), compute the gradient locally, push it with
-  ``.remote()`` **without waiting**, and go on collecting. Every
-  ``pull_every``-th push asks for the weights back in the same call; replies
-  are taken up when they have arrived, and the agent blocks only when
-  ``max_in_flight`` pushes are still unanswered (which bounds staleness and
-  memory). A killed agent is restarted by Ray (``max_restarts``) with its
-  ``__init__`` state: it pulls the current weights and starts its stream again
-  from its first trace.
+- :class:`~clusters.a3c.global_policy.GlobalPolicy` applies each push on arrival (after its checks:
+  shape, NaN, norm, staleness), validates off the update path and checkpoints
+  (:mod:`clusters.a3c.global_policy`).
+- :class:`ClusterAgent` is bound to its own simulated cluster and its own part of the training
+  traces: with N agents, agent ``i`` cycles every N-th seed of ``seeds.training(traces)`` from the
+  ``i``-th (disjoint parts; together the same set as the single-process trainer's). Its loop:
+  compute one push with its :class:`~clusters.a3c.local.LocalLearner` of the networks'
+  architecture — ``paper``: ``steps_per_update`` decision steps with the sampled policy (and
+  job-aware exploration) and their actor-critic gradient; ``shape`` (the shipped policy): one
+  update's counterfactual tries in the agent's twin (``twin``: ``config`` or ``observed``,
+  :mod:`dl2ray.learn.twin`) and the pseudo-gradient of its KL-limited improvement — and send it
+  with ``.remote()``. Every ``pull_every``-th push asks for the weights back in the same call;
+  replies are taken up when they have arrived, and the agent blocks only when ``max_in_flight``
+  pushes are still unanswered (which bounds staleness and memory; a shape agent waits for every
+  reply: its push follows seconds of rollouts, and its next tries should start from the master's
+  weights). A killed agent is restarted by Ray (``max_restarts``) with its ``__init__`` state: it
+  pulls the current weights and starts its stream again from its first trace.
 
-There is no replay in A3C: every gradient comes from the agent's fresh,
-on-policy experience (the parallel agents decorrelate it instead).
+There is no replay in A3C: every push comes from the agent's fresh, on-policy experience (the
+parallel agents decorrelate it instead).
 
-Random streams: networks from ``seed`` (when not from ``init``); agent ``i``'s
-action sampling from ``[seed, 1, i, incarnation]`` and exploration from
-``[seed, 2, i, incarnation]``, where ``incarnation`` is 1 once Ray has
-restarted that agent (so a restarted agent does not replay the first samples).
+Random streams: networks from ``seed`` (when not from ``init``); agent ``i``'s action sampling (or
+tried jobs and rows) from ``[seed, 1, i, incarnation]`` and exploration from ``[seed, 2, i,
+incarnation]``, where ``incarnation`` is 1 once Ray has restarted that agent (so a restarted agent
+does not replay the first samples); a shape agent's twin draws from :data:`dl2ray.seeds.TWIN`.
 """
 
 from __future__ import annotations
@@ -43,29 +45,12 @@ import torch
 from ray.exceptions import ActorUnavailableError
 
 from clusters.a3c.global_policy import A3COptions, GlobalPolicy
-from clusters.a3c.sim_backend import SimBackend
-from clusters.a3c.weights import load_vector, with_hidden_of
+from clusters.a3c.local import LocalSettings, local_learner
+from clusters.a3c.reports import AgentReport
+from clusters.a3c.weights import with_hidden_of
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
-from dl2ray.learn.exploration import JobAwareExploration
-from dl2ray.learn.rl import RLResult, UpdateRow
-from dl2ray.learn.rollout import Collector, to_batch
-from dl2ray.policy.encoding import Encoding
-from dl2ray.policy.network import NumpyPolicy, build_networks
-
-
-@dataclass
-class AgentReport:
-    """What one agent call did: gradients pushed, slots and steps collected."""
-
-    agent_id: int
-    pushed: int
-    slots: int
-    steps: int
-    seconds: float
-    last_update: int  # the largest global update count a reply reported (-1: none yet)
-    incarnation: int  # 1 if this agent is a Ray restart, else 0
+from dl2ray.learn.rl import RLResult
 
 
 class ClusterAgentImpl:
@@ -79,20 +64,15 @@ class ClusterAgentImpl:
         global_policy = ray.get_actor(global_name, namespace=NAMESPACE)
         self.cfg, self.gp, self.agent_id, self.opts = cfg, global_policy, agent_id, options
         self.incarnation = incarnation()
-        self.enc = Encoding.from_config(cfg)
-        self.policy, self.value = build_networks(self.enc, cfg.policy.hidden, seed)  # overwritten by pulls
-        self.loss_cfg = LossConfig.from_config(cfg, critic=options.critic)
-        explore = JobAwareExploration.from_config(cfg) if options.exploration else None
-        streams = [seed, agent_id, self.incarnation]
-        self.collector = Collector(
-            SimBackend.from_config(cfg),  # type: ignore[arg-type]  # duck-typed: reset/step(.view/.reward/.done)
-            self.enc, options.agent_traces(agent_id),
-            np.random.default_rng([streams[0], 1, *streams[1:]]), explore,
-            np.random.default_rng([streams[0], 2, *streams[1:]]))
-        self.steps_per_update = options.steps_per_update or cfg.policy.minibatch
+        settings = LocalSettings(options.steps_per_update, options.critic, options.exploration, options.twin,
+                                 options.twin_window, options.observe_every, options.zero_advantage)
+        self.learner = local_learner(cfg, options.agent_traces(agent_id), seed, [agent_id, self.incarnation],
+                                     settings, salt=agent_id)
+        # A shape agent's push follows seconds of rollouts and its next collection should start from
+        # the master's weights, not only its own improvement: it waits for each reply (a few ms).
+        self.max_in_flight = 1 if cfg.policy.arch == "shape" else options.max_in_flight
         self._first: Any = global_policy.get_weights.remote()  # prefetched while the actor finishes starting
         self._version: int = -1  # the global update count of the weights loaded
-        self._numpy: NumpyPolicy | None = None
         self._pending: list[ray.ObjectRef] = []
         self._turns: int = 0
         self._known: int = -1  # the largest update count a reply reported
@@ -109,28 +89,25 @@ class ClusterAgentImpl:
         """Push gradients until ``seconds`` of wall time have passed (at least one)."""
         return self._loop(lambda r: r.seconds >= seconds)
 
+    def stats(self) -> dict[str, Any]:
+        """What it saw of its own cluster (:meth:`~clusters.a3c.local.LocalLearner.stats`)."""
+        return self.learner.stats()
+
     def _loop(self, done: Callable[[AgentReport], bool], limit: int | None = None) -> AgentReport:
         t0 = time.perf_counter()
         rep = AgentReport(self.agent_id, 0, 0, 0, 0.0, self._known, self.incarnation)
-        if self._numpy is None:
+        if self._version < 0:
             self._take(*ray.get(self._first))
         while not done(rep):
-            records = self.collector.collect(self._numpy, self.steps_per_update,
-                                             whole_episodes=not self.loss_cfg.critic)
-            batch = to_batch(records, self.enc, self.loss_cfg.gamma)
-            # The entropy weight may decay with the global update count: that of the weights in use.
-            loss_cfg = LossConfig.from_config(self.cfg, self.opts.critic, max(self._version, 0))
-            grads, st = compute_gradients(self.policy, self.value, batch, loss_cfg)
-            row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
-                            float(np.mean([r.reward for r in records])), st.mean_value, len(batch),
-                            len(records), sum(r.explored for r in records))
+            push = self.learner.compute(self._version)
             self._turns += 1
-            pull = self._turns % self.opts.pull_every == 0
-            self._pending.append(self.gp.push.remote(flatten(grads), row, self.agent_id, limit, pull))
+            pull = self._turns % self.opts.pull_every == 0 or self.max_in_flight == 1
+            self._pending.append(self.gp.push.remote(push.grad, push.row, self.agent_id, limit, pull,
+                                                     self._version))
             rep.pushed += 1
-            rep.slots += len(records)
-            rep.steps += len(batch)
-            self._replies(rep, wait_oldest=len(self._pending) >= self.opts.max_in_flight)
+            rep.slots += push.slots
+            rep.steps += push.steps
+            self._replies(rep, wait_oldest=len(self._pending) >= self.max_in_flight)
             rep.seconds = time.perf_counter() - t0
         self._replies(rep, wait_all=True)  # a failed push raises here, before reporting success
         rep.seconds = time.perf_counter() - t0
@@ -158,10 +135,9 @@ class ClusterAgentImpl:
         rep.last_update = self._known
 
     def _take(self, updates: int, weights: np.ndarray) -> None:
-        if updates < self._version and self._numpy is not None:
+        if updates < self._version:
             return
-        load_vector(self.policy, self.value, weights)
-        self._numpy = NumpyPolicy.from_torch(self.policy)
+        self.learner.take(weights)
         self._version = updates
         self._known = max(self._known, updates)
 
@@ -181,6 +157,7 @@ class A3CResult:
     seconds: float
     restarts: int
     reports: list[AgentReport] = field(default_factory=list)
+    refused: dict[str, int] = field(default_factory=dict)  # pushes the GlobalPolicy refused, by reason
 
 
 def global_policy_name(checkpoint: Path | None) -> str:
@@ -230,6 +207,7 @@ class A3CRun:
         self.gp = GlobalPolicy.options(name=name, namespace=NAMESPACE).remote(
             cfg, str(init) if init else None, seed, str(checkpoint) if checkpoint else None, self.opts,
             str(logdir) if logdir else None, resume)
+        self.arch = cfg.policy.arch
         agent = ClusterAgent.options(max_restarts=self.opts.agent_restarts)
         self.agents = [agent.remote(cfg, name, i, seed, self.opts) for i in range(self.opts.agents)]
         self.restarts = 0
@@ -281,7 +259,11 @@ class A3CRun:
         restarted = self.restarts + sum(r.incarnation for r in self.reports)
         return A3CResult(st["updates"], st["per_agent"], sum(r.slots for r in self.reports),
                          sum(r.steps for r in self.reports), sum(r.seconds for r in self.reports),
-                         restarted, list(self.reports))
+                         restarted, list(self.reports), dict(st["refused"]))
+
+    def agent_stats(self) -> list[dict[str, Any]]:
+        """Each agent's view of its own cluster (shape: ``cluster_jct``, ``observed``; paper: empty)."""
+        return ray.get([a.stats.remote() for a in self.agents])
 
     def save(self, path: Path) -> None:
         ray.get(self.gp.save.remote(str(path)))

@@ -35,6 +35,7 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
     from clusters.a3c.training import train_a3c
     from clusters.a3c.weights import checkpoint_kind
     from dl2ray.learn.rl import ValidationRow
+    from dl2ray.policy.shape_net import checkpoint_arch
 
     if options.replay or options.prioritized:
         raise UserError(f"--agents {agents}: A3C learns on each agent's fresh experience; "
@@ -48,7 +49,15 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
                      val_every=options.val_every, checkpoint_every=options.checkpoint_every,
                      critic=options.critic, exploration=options.exploration,
                      critic_warmup=options.critic_warmup, steps_per_update=options.steps_per_update,
-                     max_grad_norm=options.max_grad_norm)
+                     max_grad_norm=options.max_grad_norm, zero_advantage=options.zero_advantage,
+                     twin=options.twin)
+    # The algorithm names the architecture the agents train: counterfactual the shape policy, paper the
+    # paper's networks (an init checkpoint must be of the same one).
+    arch = "shape" if options.algo == "counterfactual" else "paper"
+    if init is not None and (have := checkpoint_arch(init)) != arch:
+        raise UserError(f"--init: {init} is a {have!r} checkpoint; --algo {options.algo} trains the {arch!r} "
+                        "architecture")
+    cfg = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"arch": arch})})
 
     def progress(stats: dict) -> None:
         last = stats["last_val"]
@@ -63,7 +72,7 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
 
             ray.shutdown()
     extra = {"per_agent": {str(k): v for k, v in sorted(summary.per_agent.items())}, "slots": summary.slots,
-             "steps": summary.steps, "restarted_calls": summary.restarts}
+             "steps": summary.steps, "restarted_calls": summary.restarts, "refused": summary.refused}
     return history, extra
 
 
@@ -76,6 +85,8 @@ def bench_a3c(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="experiment YAML")] = None,
     seed: Annotated[int, typer.Option(help="network and sampling seed")] = 0,
     warmup: Annotated[float, typer.Option(min=0.0, help="unmeasured seconds before each measurement")] = 2.0,
+    single_process: Annotated[bool, typer.Option(
+        "--single-process", help="also measure the single-process trainer (the reference), first")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Federated A3C throughput: slots of experience per second, all agents together, per agent count."""
@@ -87,7 +98,7 @@ def bench_a3c(
 
     started = start_ray(max(*counts, os.cpu_count() or 1))
     try:
-        doc = run_bench(cfg, counts, seconds, seed, warmup)
+        doc = run_bench(cfg, counts, seconds, seed, warmup, single_process=single_process)
     finally:
         if started:
             import ray

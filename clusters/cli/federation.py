@@ -155,22 +155,32 @@ def bench_federation(
 def experiment_command(
     file: FileArg,
     updates: Annotated[int, typer.Option(min=1, help="global updates of every training run")] = 60,
-    test_traces: Annotated[int, typer.Option(min=1, help="test traces per member (seeds 3,000,000..)")] = 2,
+    test_traces: Annotated[int, typer.Option(min=1, help="test traces per member (seeds 4,000,000..)")] = 5,
     member: Annotated[list[str] | None, typer.Option("--member", help="only these members")] = None,
+    seeds: Annotated[list[int] | None, typer.Option(
+        "--seed", help="learning seeds (repeat the option; default: the learner's seed)")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Federated vs each member alone (same updates) vs DRF and Optimus on every member's test traces."""
+    """Federated vs each member alone (same updates) vs the init and the deployable heuristics on every
+    member's test traces (held-out ``shadow`` members: federated, init and heuristics), paired."""
     import sys
 
     from clusters.federation.experiment import run_experiment
 
     doc = run_experiment(file, updates, test_traces, member,
-                         progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+                         progress=lambda msg: print(msg, file=sys.stderr, flush=True), learning_seeds=seeds)
     if json_out:
         print(json.dumps(doc))
         return
-    print(f"{'member':<16}{'nodes':>6}{'DRF':>9}{'Optimus':>9}{'init':>9}{'alone':>9}{'federated':>10}{'fed/alone':>10}")
+    print(f"{'member':<16}{'nodes':>6}{'best heur.':>16}{'init':>9}{'alone':>9}{'federated':>10}"
+          f"{'fed/alone':>16}{'fed/best':>16}")
     for r in doc["members"]:
-        print(f"{r['member']:<16}{r['nodes']:>6}{r['drf_mean']:>9.2f}{r['optimus_mean']:>9.2f}"
-              f"{_fmt(r.get('init_mean'), '.2f'):>9}{r['alone_mean']:>9.2f}{r['federated_mean']:>10.2f}"
-              f"{r['federated_vs_alone']:>10.3f}")
+        best = f"{r['best_heuristic']} {r[r['best_heuristic'] + '_mean']:.2f}"
+        alone = r.get("federated_vs_alone")
+        print(f"{r['member']:<16}{r['nodes']:>6}{best:>16}{_fmt(r.get('init_mean'), '.2f'):>9}"
+              f"{_fmt(r.get('alone_mean'), '.2f'):>9}{r['federated_mean']:>10.2f}"
+              f"{_ratio(alone):>16}{_ratio(r['federated_vs_best_heuristic']):>16}")
+
+
+def _ratio(r: dict | None) -> str:
+    return "-" if r is None else f"{r['mean']:.3f}±{r['ci95']:.3f}"

@@ -92,6 +92,7 @@ def throughput(ray, cfg, n: int, seconds: float, warmup: float, out: Path, seed:
 
 
 def http_and_rejoin(ray, cfg, out: Path, seed: int, http_pushes: int) -> dict[str, Any]:
+    from clusters.a3c.weights import num_params
     from clusters.federation.http import HttpLink, gateway_actor
     from clusters.federation.links import ActorLink
     from clusters.federation.members import MemberAgent, MemberAgentImpl
@@ -114,8 +115,7 @@ def http_and_rejoin(ray, cfg, out: Path, seed: int, http_pushes: int) -> dict[st
             local.step()
             sizes.append(link.bytes_last)
         per_push = (time.perf_counter() - t0) / http_pushes
-        weights = int(local.numpy is not None and sum(p.numel() for p in local.policy.parameters())
-                      + sum(p.numel() for p in local.value.parameters()))
+        weights = num_params(local.policy, local.value) if local.joined else 0
         # rejoin: both actor members pushing, kill the learner, time the way back
         _wait_pushing(ray, gp, ["m0", "m1"])
         before = _accepted(ray, gp)

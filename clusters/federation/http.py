@@ -37,7 +37,7 @@ import numpy as np
 from fastapi import Request  # at module level: the route's annotation must resolve (postponed annotations)
 
 from clusters.runtime import actor_class
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import update_record
 
 FRAME_HEAD = struct.Struct("<I")
 
@@ -94,7 +94,10 @@ class FedEndpoint:
         header, grad = decode_frame(raw)
         if grad is None:
             raise ValueError("push without a gradient")
-        row = UpdateRow(**header["row"])
+        try:  # an actor-critic or a counterfactual update's record, told apart by its fields
+            row = update_record(dict(header["row"]))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"row: not an update record: {exc}") from None
         return self.call("push_member", str(header["member"]), grad, row, int(header["version"]),
                          int(header["boot"]), bool(header.get("pull", True)),
                          int(header.get("bytes_last", 0)))

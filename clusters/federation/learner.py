@@ -50,6 +50,7 @@ class MemberRecord:
     updates: int = 0  # accepted gradients
     dropped: int = 0  # gradients over the staleness bound
     rewound: int = 0  # gradients on weights a learner restart lost
+    refused: int = 0  # gradients the checks refused (wrong shape, NaN, norm above the bound)
     joins: int = 0
     pulls: int = 0
     last_contact: float = 0.0  # time.time() of the latest call; 0: never
@@ -99,7 +100,8 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
                     pull: bool = True, bytes_last: int = 0) -> dict[str, Any]:
         """Apply (or drop) one gradient computed on the weights of update ``version`` of boot ``boot``.
 
-        Returns ``{"updates", "boot", "accepted": "yes" | "stale" | "rewound", "lag", "weights"}``;
+        Returns ``{"updates", "boot", "accepted": "yes" | "stale" | "rewound" | "shape" | "nan" | "norm",
+        "lag", "weights"}`` (the last three: refused by :meth:`check`, counted in ``refused``);
         weights (the flat vector) when ``pull``, when dropped, or when ``boot`` is not the current one.
         """
         rec = self._record(name)
@@ -113,6 +115,10 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
         elif lag > rec.staleness:
             rec.dropped += 1
             verdict = "stale"
+        elif (why := self.check(flat_grad)) is not None:
+            rec.refused += 1
+            self.refused[why] += 1
+            verdict = why
         else:
             grad = np.asarray(flat_grad, dtype=np.float32) * np.float32(rec.weight)
             self.push(grad, row, rec.index)
@@ -179,6 +185,7 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
             rec = self.members.get(saved["name"])
             if rec is None:  # a member no longer in the file: its counts stay in the history only
                 continue
+            rec.refused = int(saved.get("refused", 0))
             for k in ("updates", "dropped", "rewound", "joins", "pulls", "last_contact", "last_lag",
                       "max_lag", "bytes_last", "bytes_total", "val_update", "val_jct", "drf_jct"):
                 setattr(rec, k, saved[k])

@@ -11,7 +11,7 @@ import numpy as np
 import ray
 
 from clusters.runtime import NAMESPACE
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRecord
 
 
 class LinkDown(RuntimeError):
@@ -20,7 +20,7 @@ class LinkDown(RuntimeError):
 
 class Link(Protocol):
     def join(self, name: str) -> dict[str, Any]: ...
-    def push(self, name: str, flat_grad: np.ndarray, row: UpdateRow, version: int, boot: int,
+    def push(self, name: str, flat_grad: np.ndarray, row: UpdateRecord, version: int, boot: int,
              pull: bool) -> dict[str, Any]: ...
     def pull(self, name: str, since: int, boot: int) -> dict[str, Any]: ...
     def report(self, name: str, update: int, val_jct: float, drf_jct: float) -> None: ...

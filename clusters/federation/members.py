@@ -4,17 +4,21 @@
 :class:`MemberAgentImpl` is one member cluster's agent: a control loop in its
 own thread (each step's failure is logged and retried with capped backoff,
 never ends the loop) on a simulated cluster of the member's own config. In
-``learn`` mode it collects ``steps_per_update`` decision steps with the
-sampled policy, pushes the gradient and takes the reply's weights; in
+``learn`` mode it computes one push with its :class:`~clusters.a3c.local.LocalLearner`
+(the paper's networks: ``steps_per_update`` decision steps with the sampled policy
+and their gradient; the shape policy: counterfactual tries in a twin it fits from
+episodes its own cluster ran, and the pseudo-gradient of the improvement), sends it
+and takes the reply's weights (a push the learner refuses is counted); in
 ``shadow`` and ``serve-only`` it pulls weights every ``pull_interval_s``
 and pushes nothing (shadow: its cluster keeps the fallback, DRF, and the
 policy is only judged; serve-only: the cluster is scheduled by the pulled
 policy). Every ``val_every`` pushes (pulls) it measures the greedy policy's
 average JCT on its own validation traces against DRF's and reports it.
 
-Random streams: member ``i``'s action sampling ``[seed, 1, i, incarnation]``,
-exploration ``[seed, 2, i, incarnation]`` (incarnation: 1 after a Ray restart
-of that member); networks from ``seed``.
+Random streams: member ``i``'s action sampling (or tried jobs and rows)
+``[seed, 1, i, incarnation]``, exploration ``[seed, 2, i, incarnation]``
+(incarnation: 1 after a Ray restart of that member); networks from ``seed``;
+its twin's draws from :data:`dl2ray.seeds.TWIN`.
 """
 
 from __future__ import annotations
@@ -25,22 +29,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from clusters.a3c.sim_backend import SimBackend
-from clusters.a3c.weights import load_vector
+from clusters.a3c.local import LocalSettings, local_learner
 from clusters.federation.links import Link, LinkDown
 from clusters.runtime import actor_class, incarnation
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import rl
-from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
-from dl2ray.learn.exploration import JobAwareExploration
-from dl2ray.learn.rl import UpdateRow
-from dl2ray.learn.rollout import Collector, to_batch
-from dl2ray.policy.encoding import Encoding
-from dl2ray.policy.network import NumpyPolicy, build_networks
 
 log = logging.getLogger("dl2ray.federation")
 
@@ -62,6 +58,9 @@ class MemberSpec:
     exploration: bool = True
     pull_every: int = 1
     threads: int = 1
+    twin: str = "observed"  # shape policy: where its tries are simulated (dl2ray.learn.twin)
+    twin_window: int = 8
+    observe_every: int = 1
 
 
 @dataclass
@@ -70,6 +69,7 @@ class MemberCounters:
     accepted: int = 0
     stale: int = 0
     rewound: int = 0
+    refused: int = 0  # pushes the learner's checks refused (shape, NaN, norm)
     pulls: int = 0
     joins: int = 0
     reconnects: int = 0  # learner boots seen change (restarts survived)
@@ -89,17 +89,13 @@ class MemberAgentImpl:
         torch.set_num_threads(spec.threads)
         self.cfg, self.spec, self.link = cfg, spec, link
         self.incarnation = incarnation()
-        self.enc = Encoding.from_config(cfg)
-        self.policy, self.value = build_networks(self.enc, cfg.policy.hidden, spec.seed)  # replaced on join
-        self.numpy: NumpyPolicy | None = None
-        self.loss_cfg = LossConfig.from_config(cfg, critic=spec.critic)
-        self.steps = spec.steps_per_update or cfg.policy.minibatch
-        explore = JobAwareExploration.from_config(cfg) if spec.exploration else None
-        streams = [spec.index, self.incarnation]
-        self.collector = Collector(
-            SimBackend.from_config(cfg),  # type: ignore[arg-type]  # duck-typed like ClusterAgentImpl's
-            self.enc, spec.traces, np.random.default_rng([spec.seed, 1, *streams]), explore,
-            np.random.default_rng([spec.seed, 2, *streams]))
+        settings = LocalSettings(spec.steps_per_update, spec.critic, spec.exploration, spec.twin,
+                                 spec.twin_window, spec.observe_every)
+        # The networks of the member's architecture (replaced on join) and how it computes a push.
+        self.learner = local_learner(cfg, spec.traces, spec.seed, [spec.index, self.incarnation], settings,
+                                     salt=spec.index)
+        self.policy, self.value = self.learner.policy, self.learner.value
+        self.joined = False
         self.c = MemberCounters()
         self.drf: float | None = None
         self._stop = threading.Event()
@@ -123,7 +119,8 @@ class MemberAgentImpl:
     def status(self) -> dict[str, Any]:
         with self._lock:
             return {"name": self.spec.name, "mode": self.spec.mode, "incarnation": self.incarnation,
-                    "running": bool(self._thread and self._thread.is_alive()), **dataclasses.asdict(self.c)}
+                    "running": bool(self._thread and self._thread.is_alive()), **dataclasses.asdict(self.c),
+                    **self.learner.stats()}
 
     # -- the loop --------------------------------------------------------------------------------------
 
@@ -135,7 +132,7 @@ class MemberAgentImpl:
                 backoff = 0.2
             except LinkDown as exc:
                 self._error(exc)
-                self.numpy = None  # rejoin with fresh weights once the learner answers again
+                self.joined = False  # rejoin with fresh weights once the learner answers again
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
             except Exception as exc:  # a step's failure is logged and never ends the loop
@@ -151,7 +148,7 @@ class MemberAgentImpl:
 
     def step(self) -> None:
         """One turn: join if needed; then one push (learn) or one pull (shadow, serve-only)."""
-        if self.numpy is None:
+        if not self.joined:
             r = self.link.join(self.spec.name)
             with self._lock:
                 self.c.joins += 1
@@ -170,26 +167,22 @@ class MemberAgentImpl:
             self.validate_and_report()
 
     def _learn_turn(self) -> None:
-        assert self.numpy is not None
-        records = self.collector.collect(self.numpy, self.steps, whole_episodes=not self.loss_cfg.critic)
-        batch = to_batch(records, self.enc, self.loss_cfg.gamma)
-        loss_cfg = LossConfig.from_config(self.cfg, self.spec.critic, max(self.c.version, 0))
-        grads, st = compute_gradients(self.policy, self.value, batch, loss_cfg)
-        row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
-                        float(np.mean([r.reward for r in records])), st.mean_value, len(batch),
-                        len(records), sum(r.explored for r in records))
-        pull = (self.c.pushed + 1) % self.spec.pull_every == 0
-        r = self.link.push(self.spec.name, flatten(grads), row, self.c.version, self.c.boot, pull)
+        push = self.learner.compute(self.c.version)
+        # A shape member's next tries should start from the learner's weights: it pulls with every push.
+        pull = (self.c.pushed + 1) % self.spec.pull_every == 0 or self.value is None
+        r = self.link.push(self.spec.name, push.grad, push.row, self.c.version, self.c.boot, pull)
         with self._lock:
             self.c.pushed += 1
-            self.c.slots += len(records)
+            self.c.slots += push.slots
             self.c.bytes_last = getattr(self.link, "bytes_last", 0)
             if r["accepted"] == "yes":
                 self.c.accepted += 1
             elif r["accepted"] == "stale":
                 self.c.stale += 1
-            else:
+            elif r["accepted"] == "rewound":
                 self.c.rewound += 1
+            else:  # refused by the learner's checks (shape, nan, norm)
+                self.c.refused += 1
         self._take(r)
 
     def _take(self, r: dict[str, Any]) -> None:
@@ -199,8 +192,8 @@ class MemberAgentImpl:
             self.c.boot = r["boot"]
         if r.get("weights") is None:
             return
-        load_vector(self.policy, self.value, r["weights"])
-        self.numpy = NumpyPolicy.from_torch(self.policy)
+        self.learner.take(r["weights"])
+        self.joined = True
         with self._lock:
             self.c.version = int(r["updates"])
 
@@ -229,6 +222,7 @@ def member_specs(fed, learning_seed: int) -> list[MemberSpec]:
         specs.append(MemberSpec(
             m.name, i, m.mode, seedsets.training(m.traces, offset), seedsets.validation(m.val_traces),
             m.val_every, m.pull_interval_s, learning_seed, m.steps_per_update or lrn.steps_per_update,
-            lrn.critic, lrn.exploration, lrn.pull_every, lrn.threads))
+            lrn.critic, lrn.exploration, lrn.pull_every, lrn.threads, lrn.twin, lrn.twin_window,
+            lrn.observe_every))
         offset += m.traces
     return specs

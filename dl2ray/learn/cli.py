@@ -155,6 +155,10 @@ def train_rl(
         help="the control run: advantages set to 0 (paper) / shuffled among the tried rows "
              "(counterfactual) / labels drawn without the outcomes (improve)")
     ] = False,
+    twin: Annotated[str, typer.Option(
+        help="counterfactual: where the tries are simulated: config (operator-world episodes of the "
+             "config's workload) or observed (a twin fitted from episodes the learner's own cluster ran; "
+             "dl2ray.learn.twin)")] = "config",
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
     agents: Annotated[int, typer.Option(help="learners: 1 = this process; N >= 2 = A3C with N Ray "
@@ -174,14 +178,18 @@ def train_rl(
         raise UserError(f"--agents: {agents}: need at least one learner")
     if algo not in rl.ALGOS:
         raise UserError(f"--algo: {algo!r}: known: {', '.join(rl.ALGOS)}")
-    if algo != "paper" and agents > 1:
-        raise UserError(f"--algo {algo}: single process only (A3C runs the paper's actor-critic)")
+    if algo == "improve" and agents > 1:
+        raise UserError("--algo improve: single process only (A3C runs paper or counterfactual)")
+    if twin not in ("config", "observed"):
+        raise UserError(f"--twin: {twin!r}: known: config, observed")
+    if twin != "config" and algo != "counterfactual":
+        raise UserError(f"--twin {twin}: only --algo counterfactual learns in a twin")
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
     replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
     opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
-                        algo=algo, zero_advantage=zero_advantage)  # type: ignore[arg-type]
+                        algo=algo, zero_advantage=zero_advantage, twin=twin)  # type: ignore[arg-type]
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

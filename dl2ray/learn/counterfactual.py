@@ -53,7 +53,7 @@ around and keeping the best validated checkpoint achieves by chance.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +66,7 @@ from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
 from dl2ray.sim import Simulator, StepResult
 from dl2ray.view import Allocation, ClusterView
+from dl2ray.workload import Trace
 
 
 @dataclass
@@ -99,18 +100,26 @@ def job_reward(sim: Simulator, view: ClusterView) -> float:
     return -sum(min(1.0, end[j.job_id] - view.slot) if j.job_id in end else 1.0 for j in view.jobs)
 
 
+EpisodeSource = Callable[[int], tuple[int, Trace | None]]
+"""Episode ``k`` of a collector → ``(seed, trace)``: the seed to reset with and the trace to replay (None:
+the one the seed generates). :meth:`dl2ray.learn.twin.ObservedTwin.episode` is one."""
+
+
 class CounterfactualCollector:
     """Training episodes side by side over ``trace_seeds`` (cycled), tried as in the module docstring.
 
-    ``rng`` draws the tried jobs and rows.
+    ``rng`` draws the tried jobs and rows. ``source``: where episodes come from instead of
+    ``trace_seeds`` (e.g. a twin replaying what the agent's cluster showed).
     """
 
     def __init__(self, sims: Sequence[Simulator], enc: ShapeEncoding, trace_seeds: Sequence[int],
                  rng: np.random.Generator, horizon: int, gamma: float, jobs_per_slot: int, samples: int,
-                 uniform: int, temperature: float, start_episode: int = 0) -> None:
-        if not sims or not trace_seeds:
+                 uniform: int, temperature: float, start_episode: int = 0,
+                 source: EpisodeSource | None = None) -> None:
+        if not sims or not (trace_seeds or source):
             raise ValueError("need at least one simulator and one training trace seed")
         self.sims, self.enc, self.trace_seeds = list(sims), enc, list(trace_seeds)
+        self.source: EpisodeSource = source or (lambda k: (self.trace_seeds[k % len(self.trace_seeds)], None))
         self.rng, self.horizon, self.gamma = rng, max(1, horizon), gamma
         self.jobs_per_slot, self.samples, self.uniform = jobs_per_slot, samples, uniform
         self.temperature = temperature
@@ -129,7 +138,7 @@ class CounterfactualCollector:
         sim, view = self.sims[e], self._views[e]
         while view is None or not view.jobs:
             if view is None:
-                view = sim.reset(self.trace_seeds[self.episodes % len(self.trace_seeds)])
+                view = sim.reset(*self.source(self.episodes))
                 self.episodes += 1
             else:  # nothing to decide: let the slot pass
                 res = sim.step(Allocation.empty())

@@ -47,6 +47,7 @@ class RLOptions:
     max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
     algo: Literal["paper", "improve", "counterfactual"] = "paper"  # see ALGOS
     zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
+    twin: Literal["config", "observed"] = "config"  # counterfactual: where tries come from (learn.twin)
 
 
 @dataclass

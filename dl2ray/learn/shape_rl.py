@@ -31,7 +31,7 @@ import torch
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import seeds as seedsets
-from dl2ray.learn.counterfactual import CounterfactualCollector, improve_policy
+from dl2ray.learn.counterfactual import Collected, improve_policy
 from dl2ray.learn.records import (
     CounterfactualRow,
     RLOptions,
@@ -41,15 +41,28 @@ from dl2ray.learn.records import (
     result_doc,
     rng_state,
 )
+from dl2ray.learn.twin import TwinExperience
 from dl2ray.learn.validation import validate
 from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import (
     NumpyShapePolicy,
+    ShapePolicyNet,
     build_shape_policy,
     load_shape_checkpoint,
     save_shape_checkpoint,
 )
+
+
+def counterfactual_update(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collected,
+                          cfg: ExperimentConfig, control: np.random.Generator | None,
+                          update: int = -1) -> CounterfactualRow:
+    """The KL-limited improvement of ``net`` on ``data``'s tries with ``cfg.policy.shape``'s settings
+    (``control``: the zero-advantage control's generator); the update's record, numbered ``update``."""
+    s = cfg.policy.shape
+    st = improve_policy(net, opt, data, s.epochs, s.kl, s.entropy_weight, control, s.trust)
+    return CounterfactualRow(update, st.loss, st.kl, st.entropy, data.reward, st.mean_gain,
+                             len(data.tries), len(data.slots), data.rollouts)
 
 
 class ShapeTrainer:
@@ -57,8 +70,6 @@ class ShapeTrainer:
 
     def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
                  val_cfg: ExperimentConfig | None = None) -> None:
-        from dl2ray.experiments import build_simulator
-
         self.cfg, self.opts, self.seed = cfg, opts, seed
         self.val_cfg = val_cfg or cfg
         self.enc = ShapeEncoding.from_config(cfg)
@@ -69,10 +80,8 @@ class ShapeTrainer:
             self.policy = load_shape_checkpoint(init, expect=self.enc).policy
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
         self.sample_rng = np.random.default_rng([seed, 1])
-        self.collector = CounterfactualCollector(
-            [build_simulator(cfg, world=cfg.policy.train_world) for _ in range(s.envs)], self.enc,
-            seedsets.training(opts.traces),
-            self.sample_rng, s.horizon, s.gamma, s.jobs_per_slot, s.samples, s.uniform, s.temperature)
+        self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)
+        self.collector = self.experience.collector
         self.updates = 0
         self.val_seeds = seedsets.validation(opts.val_traces)
         self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
@@ -83,13 +92,10 @@ class ShapeTrainer:
 
     def update(self) -> CounterfactualRow:
         """Collect one update's tries (greedy episodes, counterfactual rollouts), then improve."""
-        s = self.cfg.policy.shape
-        data = self.collector.collect(NumpyShapePolicy(self.policy), s.slots_per_update)
-        st = improve_policy(self.policy, self.opt, data, s.epochs, s.kl, s.entropy_weight,
-                            self.sample_rng if self.opts.zero_advantage else None, s.trust)
+        data = self.experience.collect(NumpyShapePolicy(self.policy))
         self.updates += 1
-        row = CounterfactualRow(self.updates, st.loss, st.kl, st.entropy, data.reward, st.mean_gain,
-                                len(data.tries), len(data.slots), data.rollouts)
+        row = counterfactual_update(self.policy, self.opt, data, self.cfg,
+                                    self.sample_rng if self.opts.zero_advantage else None, self.updates)
         self.result.history.append(row)
         self.result.updates = self.updates
         return row

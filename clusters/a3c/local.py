@@ -1,0 +1,161 @@
+"""What one cluster's learner computes between two pushes, for either architecture: :class:`LocalLearner`.
+
+Every distributed learner (the A3C agents, the federation's members) holds a local copy of the
+networks, takes weights from its master, computes one push from its own cluster's experience and
+sends it. The two ways of computing a push:
+
+- :class:`ActorCriticStep` (``paper``): ``steps_per_update`` decision steps with the sampled
+  policy on the agent's own simulated cluster, the actor-critic gradient of the paper
+  (:func:`~dl2ray.learn.actor_critic.compute_gradients`); the push is that gradient;
+- :class:`CounterfactualStep` (``shape``): one update's tries in the agent's twin
+  (:class:`~dl2ray.learn.twin.TwinExperience`), the KL-limited improvement of the local copy
+  with its own Adam (:func:`~dl2ray.learn.shape_rl.counterfactual_update`); the push is the
+  pseudo-gradient ``θ_taken − θ_improved`` (applied by :class:`~clusters.a3c.weights.OuterStep`).
+
+:func:`local_learner` picks one by ``cfg.policy.arch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from clusters.a3c.sim_backend import SimBackend
+from clusters.a3c.weights import fresh_networks, load_vector, params_vector
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
+from dl2ray.learn.exploration import JobAwareExploration
+from dl2ray.learn.records import UpdateRecord, UpdateRow
+from dl2ray.learn.rollout import Collector, to_batch
+from dl2ray.learn.shape_rl import counterfactual_update
+from dl2ray.learn.twin import TwinExperience
+from dl2ray.policy.encoding import Encoding
+from dl2ray.policy.network import NumpyPolicy
+from dl2ray.policy.shape_net import NumpyShapePolicy
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """A local learner's switches (from :class:`~clusters.a3c.global_policy.A3COptions` or a federation
+    file's ``learning``)."""
+
+    steps_per_update: int | None = None  # paper: decision steps per gradient; None: policy.minibatch
+    critic: bool = True  # paper: False = REINFORCE over whole episodes
+    exploration: bool = True  # paper: job-aware exploration
+    twin: str = "config"  # shape: where the tries are simulated (dl2ray.learn.twin)
+    twin_window: int = 8
+    observe_every: int = 1
+    zero_advantage: bool = False  # shape: the control (advantages shuffled)
+
+
+@dataclass
+class Push:
+    """One push: ``grad`` (flat float32: a gradient, or a pseudo-gradient for the shape policy), its
+    record, and the experience behind it (slots of the cluster or the twin, decision steps or tries)."""
+
+    grad: np.ndarray
+    row: UpdateRecord
+    slots: int
+    steps: int
+
+
+class LocalLearner(Protocol):
+    """The local side of a distributed learner (module docstring): ``policy`` and ``value`` (None for the
+    shape policy) are its local networks."""
+
+    @property
+    def policy(self) -> nn.Module: ...
+
+    @property
+    def value(self) -> nn.Module | None: ...
+
+    def take(self, weights: np.ndarray) -> None:
+        """Load the master's weights (a flat vector, :func:`~clusters.a3c.weights.params_vector`)."""
+        ...
+
+    def compute(self, version: int) -> Push:
+        """One push from this cluster's experience with the weights taken (of update ``version``)."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """What it saw of its own cluster (shape, observed twin: ``cluster_jct`` per episode)."""
+        ...
+
+
+class ActorCriticStep:
+    """The paper's networks: on-policy steps of the sampled policy, the actor-critic gradient."""
+
+    def __init__(self, cfg: ExperimentConfig, traces: list[int], seed: int, streams: list[int],
+                 settings: LocalSettings) -> None:
+        self.cfg, self.settings = cfg, settings
+        self.enc = Encoding.from_config(cfg)
+        self.policy, self.value = fresh_networks(cfg, seed)
+        self.loss_cfg = LossConfig.from_config(cfg, critic=settings.critic)
+        explore = JobAwareExploration.from_config(cfg) if settings.exploration else None
+        self.collector = Collector(
+            SimBackend.from_config(cfg),  # type: ignore[arg-type]  # duck-typed: reset/step(.view/.reward/.done)
+            self.enc, traces, np.random.default_rng([seed, 1, *streams]), explore,
+            np.random.default_rng([seed, 2, *streams]))
+        self.steps = settings.steps_per_update or cfg.policy.minibatch
+        self.numpy: NumpyPolicy | None = None
+
+    def take(self, weights: np.ndarray) -> None:
+        load_vector(self.policy, self.value, weights)
+        self.numpy = NumpyPolicy.from_torch(self.policy)  # type: ignore[arg-type]
+
+    def compute(self, version: int) -> Push:
+        assert self.numpy is not None, "take weights before computing a push"
+        records = self.collector.collect(self.numpy, self.steps, whole_episodes=not self.loss_cfg.critic)
+        batch = to_batch(records, self.enc, self.loss_cfg.gamma)
+        # The entropy weight may decay with the global update count: that of the weights in use.
+        loss_cfg = LossConfig.from_config(self.cfg, self.settings.critic, max(version, 0))
+        grads, st = compute_gradients(self.policy, self.value, batch, loss_cfg)  # type: ignore[arg-type]
+        row = UpdateRow(-1, st.policy_loss, st.value_loss, st.entropy,
+                        float(np.mean([r.reward for r in records])), st.mean_value, len(batch),
+                        len(records), sum(r.explored for r in records))
+        return Push(flatten(grads), row, len(records), len(batch))
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+class CounterfactualStep:
+    """The shape policy: tries in the twin, the KL-limited improvement, the pseudo-gradient."""
+
+    value = None
+
+    def __init__(self, cfg: ExperimentConfig, traces: list[int], seed: int, streams: list[int],
+                 settings: LocalSettings, salt: int = 0) -> None:
+        self.cfg, self.settings = cfg, settings
+        self.policy, _ = fresh_networks(cfg, seed)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy.shape.lr)
+        self.rng = np.random.default_rng([seed, 1, *streams])
+        self.experience = TwinExperience(cfg, traces, self.rng, settings.twin, settings.twin_window,
+                                         settings.observe_every, salt)
+
+    def take(self, weights: np.ndarray) -> None:
+        load_vector(self.policy, None, weights)
+
+    def compute(self, version: int) -> Push:
+        theta = params_vector(self.policy, None)
+        data = self.experience.collect(NumpyShapePolicy(self.policy))  # type: ignore[arg-type]
+        row = counterfactual_update(self.policy, self.opt, data, self.cfg,  # type: ignore[arg-type]
+                                    self.rng if self.settings.zero_advantage else None)
+        return Push(theta - params_vector(self.policy, None), row, len(data.slots), len(data.tries))
+
+    def stats(self) -> dict[str, Any]:
+        twin = self.experience.twin
+        return {"cluster_jct": list(self.experience.cluster_jct), "observed": twin.observed if twin else 0}
+
+
+def local_learner(cfg: ExperimentConfig, traces: list[int], seed: int, streams: list[int],
+                  settings: LocalSettings, salt: int = 0) -> LocalLearner:
+    """The local learner of ``cfg.policy.arch``. ``streams``: what separates this learner's random
+    draws from its siblings' (``[agent, incarnation]``); ``salt``: its twin's seeds."""
+    if cfg.policy.arch == "shape":
+        return CounterfactualStep(cfg, traces, seed, streams, settings, salt)
+    return ActorCriticStep(cfg, traces, seed, streams, settings)

@@ -1,0 +1,96 @@
+"""The twin a learner fits from what its cluster showed (dl2ray.learn.twin): what it knows, and not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import small_config
+
+from dl2ray import seeds
+from dl2ray.experiments import _speed_model, build_simulator
+from dl2ray.learn.twin import ObservedTwin, TwinExperience, observed_trace
+from dl2ray.policy.shape import ShapeEncoding
+from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
+from dl2ray.schedulers.base import make_scheduler
+from dl2ray.sim import run_episode
+
+CFG = small_config(
+    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
+    workload={"num_jobs": 6, "arrivals": {"pattern": "poisson", "rate": 1.5, "max_per_slot": 3},
+              "epoch_error": 0.2},
+    speed={"job_deviation": 0.2},
+    policy={"arch": "shape", "shape": {"embed": [16], "head": 8, "envs": 2, "slots_per_update": 3,
+                                       "jobs_per_slot": 2, "samples": 2, "uniform": 1, "horizon": 4}},
+    sim={"max_slots": 200},
+)
+
+
+def _cluster_episode(seed: int = seeds.training(1)[0], max_slots: int | None = None):
+    cfg = CFG if max_slots is None else CFG.model_copy(
+        update={"sim": CFG.sim.model_copy(update={"max_slots": max_slots})})
+    sim = build_simulator(cfg)
+    run_episode(sim, make_scheduler("drf", cfg), seed)
+    return sim
+
+
+def test_observed_trace_keeps_what_a_submission_and_a_job_end_show() -> None:
+    sim = _cluster_episode()
+    seen = observed_trace(sim)
+    assert [j.job_id for j in seen] == [j.job_id for j in sim.trace]  # every job finished
+    for obs, true in zip(seen, sim.trace, strict=True):
+        assert (obs.job_type, obs.arrival_slot, obs.est_epochs) == (true.job_type, true.arrival_slot,
+                                                                     true.est_epochs)
+        assert obs.true_epochs == pytest.approx(sim.finished[true.job_id].done)  # the epochs it trained
+
+
+def test_a_job_still_running_counts_its_declared_epochs_and_unseen_jobs_are_absent() -> None:
+    sim = _cluster_episode(max_slots=3)
+    seen = {j.job_id: j for j in observed_trace(sim)}
+    assert set(seen) == set(sim.jobs) | set(sim.finished)  # no job that had not arrived
+    for jid, job in sim.jobs.items():
+        assert seen[jid].true_epochs == max(job.spec.est_epochs, job.done)
+
+
+def test_the_twin_replays_in_the_operators_world_with_its_own_draws() -> None:
+    cluster = _cluster_episode()
+    twin = ObservedTwin(CFG, window=2, salt=3)
+    with pytest.raises(ValueError, match="observed no episode"):
+        twin.episode(0)
+    twin.observe(cluster)
+    sim = twin.simulators(1)[0]
+    assert sim.speed is _speed_model(CFG, "operator") and sim.speed is not cluster.speed
+    seed, trace = twin.episode(0)
+    assert seeds.which(seed) == "twin" and trace == observed_trace(cluster)
+    sim.reset(seed, trace)
+    while not sim.done:
+        sim.step(make_scheduler("drf", CFG).decide(sim.view()))
+    factors = {j: sim.finished[j].factors for j in sim.finished}
+    truth = {j: cluster.finished[j].factors for j in cluster.finished}
+    assert factors.keys() == truth.keys() and all(factors[j] != truth[j] for j in truth)
+
+
+def test_the_window_keeps_the_newest_observations() -> None:
+    twin = ObservedTwin(CFG, window=2)
+    traces = [twin.observe(_cluster_episode(s)) for s in seeds.training(3)]
+    assert twin.observed == 3 and list(twin.traces) == traces[1:]
+    assert [twin.episode(k)[1] for k in range(3)] == [traces[1], traces[2], traces[1]]
+    assert len({twin.episode(k)[0] for k in range(5)}) == 5  # fresh twin draws per episode
+
+
+def test_observed_experience_runs_its_cluster_then_tries_in_the_twin() -> None:
+    enc = ShapeEncoding.from_config(CFG)
+    policy = NumpyShapePolicy(build_shape_policy(enc, (16,), 8, 0))
+    exp = TwinExperience(CFG, seeds.training(2), np.random.default_rng(0), "observed", window=4,
+                         observe_every=2)
+    for _ in range(3):
+        data = exp.collect(policy)
+        assert len(data.slots) == 3 and data.rollouts > 0
+    assert exp.twin is not None and exp.twin.observed == 2 and len(exp.cluster_jct) == 2  # updates 1 and 3
+    assert all(sim.speed is _speed_model(CFG, "operator") for sim in exp.collector.sims)
+
+
+def test_bad_twin_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="twin"):
+        TwinExperience(CFG, seeds.training(1), np.random.default_rng(0), "truth")
+    with pytest.raises(ValueError, match="window"):
+        ObservedTwin(CFG, window=0)
