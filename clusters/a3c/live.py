@@ -1,5 +1,9 @@
 """Online learning from live slots (``dl2ray cluster up --learn``): the agent as an A3C worker.
 
+With a shape checkpoint (the shipped architecture) the agent's learner is
+:class:`~clusters.a3c.live_shape.LiveShapeLearner` (counterfactual credit in a twin of the live
+cluster); with a paper one, :class:`LiveLearner` below.
+
 :class:`LiveLearner` is a scheduler (``decide(view) -> Allocation``) that does
 on live views what :class:`~clusters.a3c.training.ClusterAgentImpl` does on simulated
 ones, through the same public pieces: it samples the slot's actions from the
@@ -42,7 +46,7 @@ from clusters.runtime import NAMESPACE
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
 from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRecord, UpdateRow
 from dl2ray.learn.rollout import SlotRecord, to_batch
 from dl2ray.policy.decision import PolicyChooser, run_decision
 from dl2ray.policy.encoding import Encoding, encode_window
@@ -58,14 +62,7 @@ def _policy_path(spec: str) -> Path:
     name, _, arg = spec.partition(":")
     if name.strip().lower() != "dl2" or not arg:
         raise UserError(f"--learn needs the dl2 scheduler with a checkpoint (dl2:PATH), not {spec!r}")
-    path = Path(arg)
-    if path.exists() and checkpoint_arch(path) != "paper":
-        # Live A3C learns from the cluster's own rewards, one +worker/+PS step at a time; the shape
-        # policy learns from counterfactual rollouts, which only a simulator can replay.
-        raise UserError(f"--learn: {path} is a {checkpoint_arch(path)!r}-architecture policy; live learning "
-                        "trains the paper's (e.g. models/dl2-testbed-paper.pt). A shape policy learns in the "
-                        "simulator: dl2ray train rl --algo counterfactual, then train ship")
-    return path
+    return Path(arg)
 
 
 def ensure_global_policy(cfg: LiveConfig, scheduler: str) -> Any:
@@ -95,7 +92,17 @@ class LearnFromLiveSlots:
     learn: Learn
     scheduler: str
 
-    def build(self, exp: ExperimentConfig, incarnation: int) -> LiveLearner:
+    def build(self, exp: ExperimentConfig, incarnation: int) -> Any:
+        """The paper's :class:`LiveLearner` or, for a shape checkpoint, the
+        :class:`~clusters.a3c.live_shape.LiveShapeLearner` (counterfactual credit in a twin of the live
+        cluster)."""
+        path = _policy_path(self.scheduler)
+        if checkpoint_arch(path) == "shape":
+            from clusters.a3c.live_shape import LiveShapeLearner
+
+            sink = GlobalPolicySink(self.learn.global_policy)
+            exp = with_hidden_of(exp, path)
+            return LiveShapeLearner.from_scheduler(exp, self.learn, path, sink, incarnation)
         return LiveLearner.from_scheduler(exp, self.learn, self.scheduler, incarnation)
 
     def describe(self) -> dict[str, Any] | None:
@@ -113,15 +120,17 @@ class GlobalPolicySink:
         out: Any = ray.get(self.gp.get_weights.remote())
         return out
 
-    def push(self, flat_grad: np.ndarray, row: UpdateRow, version: int) -> tuple[int, np.ndarray | None]:
-        """Apply one gradient computed on the weights of update ``version``; ``(updates, new weights)``."""
-        out: Any = ray.get(self.gp.push.remote(flat_grad, row, AGENT_ID, None, True))
+    def push(self, flat_grad: np.ndarray, row: UpdateRecord, version: int) -> tuple[int, np.ndarray | None]:
+        """Apply one gradient (or pseudo-gradient) computed on the weights of update ``version``;
+        ``(updates, new weights)`` (the GlobalPolicy's checks may refuse it: the count stays)."""
+        out: Any = ray.get(self.gp.push.remote(flat_grad, row, AGENT_ID, None, True, version))
         return out
 
 
 class Sink(Protocol):
     def fetch(self) -> tuple[int, np.ndarray]: ...
-    def push(self, flat_grad: np.ndarray, row: UpdateRow, version: int) -> tuple[int, np.ndarray | None]: ...
+    def push(self, flat_grad: np.ndarray, row: UpdateRecord,
+             version: int) -> tuple[int, np.ndarray | None]: ...
 
 
 class LiveLearner:

@@ -50,6 +50,8 @@ class LocalSettings:
     twin_window: int = 8
     observe_every: int = 1
     zero_advantage: bool = False  # shape: the control (advantages shuffled)
+    own_cluster: bool = True  # shape, observed twin: run episodes of its simulated cluster (False: a live
+    # learner adds what its live cluster showed to ``experience.twin`` itself)
 
 
 @dataclass
@@ -135,7 +137,7 @@ class CounterfactualStep:
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy.shape.lr)
         self.rng = np.random.default_rng([seed, 1, *streams])
         self.experience = TwinExperience(cfg, traces, self.rng, settings.twin, settings.twin_window,
-                                         settings.observe_every, salt)
+                                         settings.observe_every, salt, settings.own_cluster)
 
     def take(self, weights: np.ndarray) -> None:
         load_vector(self.policy, None, weights)

@@ -42,6 +42,48 @@ def observed_trace(sim: Simulator) -> Trace:
     return sort_trace(jobs)
 
 
+class LiveObservations:
+    """What a live scheduler has seen of its cluster, as an observed trace (:meth:`trace`).
+
+    :meth:`see` takes every slot's view: a job's first view gives its arrival slot, type, declared epochs
+    and requested size; its last one the epochs it had trained. A job that left the view finished: it
+    trained ``max(declared, last seen)`` epochs. :meth:`trace` is the jobs that arrived in the last
+    ``window_slots`` slots, arrival slots shifted so the earliest is 0 (the twin replays that stretch).
+    """
+
+    def __init__(self, window_slots: int = 200) -> None:
+        if window_slots < 1:
+            raise ValueError(f"window_slots: {window_slots}: need at least 1")
+        self.window_slots = window_slots
+        self.jobs: dict[int, list] = {}  # id -> [type, arrival slot, declared, requested, epochs, finished]
+        self.slot = 0
+
+    def see(self, view) -> None:
+        """One slot's :class:`~dl2ray.view.ClusterView`."""
+        self.slot = view.slot
+        now = {j.job_id for j in view.jobs}
+        for j in view.jobs:
+            rec = self.jobs.setdefault(j.job_id, [j.job_type, j.arrival_slot, j.est_epochs,
+                                                  j.requested_bundles, 0.0, False])
+            rec[4] = max(rec[4], j.done_epochs)
+        for jid, rec in self.jobs.items():
+            if not rec[5] and jid not in now:
+                rec[4], rec[5] = max(rec[4], rec[2]), True
+        horizon = self.slot - self.window_slots
+        for jid in [jid for jid, rec in self.jobs.items() if rec[5] and rec[1] < horizon]:
+            del self.jobs[jid]
+
+    def trace(self) -> Trace:
+        """The observed trace of the window (empty before any job was seen)."""
+        horizon = self.slot - self.window_slots
+        kept = [(jid, rec) for jid, rec in self.jobs.items() if rec[1] >= horizon]
+        if not kept:
+            return ()
+        start = min(rec[1] for _, rec in kept)
+        return sort_trace([JobSpec(jid, rec[0], rec[1] - start, float(max(rec[4], rec[2])), float(rec[2]),
+                                   rec[3]) for jid, rec in kept])
+
+
 class ObservedTwin:
     """The newest ``window`` observed traces and the operator-world simulators that replay them.
 
@@ -61,7 +103,10 @@ class ObservedTwin:
 
     def observe(self, sim: Simulator) -> Trace:
         """Add the episode ``sim`` just ran; returns its observed trace."""
-        trace = observed_trace(sim)
+        return self.add(observed_trace(sim))
+
+    def add(self, trace: Trace) -> Trace:
+        """Add an observed trace (of a simulated episode, or :class:`LiveObservations` of a live cluster)."""
         if trace:
             self.traces.append(trace)
         self.observed += 1
@@ -88,11 +133,12 @@ class TwinExperience:
     runs one episode of the learner's own cluster (the truth-world simulator, next seed of
     ``trace_seeds``) with the greedy policy, as deployed, and the tries come from an
     :class:`ObservedTwin` replaying the newest ``window`` of those episodes. ``rng`` draws the tried
-    jobs and rows; ``salt`` separates the twin seeds of learners side by side.
+    jobs and rows; ``salt`` separates the twin seeds of learners side by side. ``own_cluster=False``
+    (a live cluster's learner): the observed twin's traces come from :meth:`ObservedTwin.add` alone.
     """
 
     def __init__(self, cfg: ExperimentConfig, trace_seeds: list[int], rng, twin: str = "config",
-                 window: int = 8, observe_every: int = 1, salt: int = 0) -> None:
+                 window: int = 8, observe_every: int = 1, salt: int = 0, own_cluster: bool = True) -> None:
         from dl2ray.experiments import build_simulator
         from dl2ray.learn.counterfactual import CounterfactualCollector
         from dl2ray.policy.shape import ShapeEncoding
@@ -104,8 +150,10 @@ class TwinExperience:
         s = cfg.policy.shape
         self.cfg, self.trace_seeds, self.observe_every = cfg, list(trace_seeds), observe_every
         self.twin = ObservedTwin(cfg, window, salt) if twin == "observed" else None
-        if self.twin is not None:
+        self.own_cluster = own_cluster and self.twin is not None
+        if self.own_cluster:
             self.cluster = build_simulator(cfg)  # the learner's own cluster: it only runs episodes there
+        if self.twin is not None:
             sims = self.twin.simulators(s.envs)
         else:
             sims = [build_simulator(cfg, world=cfg.policy.train_world) for _ in range(s.envs)]
@@ -122,7 +170,8 @@ class TwinExperience:
     def collect(self, policy):
         """One update's tries (:class:`~dl2ray.learn.counterfactual.Collected`) with ``policy`` (a
         :class:`~dl2ray.policy.shape_net.NumpyShapePolicy`), observing the cluster first when due."""
-        if self.twin is not None and (self.collects % self.observe_every == 0 or not self.twin.traces):
+        due = self.collects % self.observe_every == 0 or (self.twin is not None and not self.twin.traces)
+        if self.own_cluster and due:
             self.observe(policy)
         self.collects += 1
         return self.collector.collect(policy, self.cfg.policy.shape.slots_per_update)

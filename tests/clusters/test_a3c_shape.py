@@ -157,3 +157,40 @@ def test_federation_experiment_trains_the_shape_policy_and_judges_a_held_out_mem
     assert c["held_out"] and "alone" not in c and len(c["federated"]) == 2
     assert all(len(a[h]) == 2 for h in HEURISTICS) and a["best_heuristic"] in HEURISTICS
     assert a["federated_vs_best_heuristic"]["mean"] > 0
+
+
+class _InProcessSink:
+    """The GlobalPolicy's push/fetch in this process (what GlobalPolicySink calls through Ray)."""
+
+    def __init__(self, gp: GlobalPolicyImpl) -> None:
+        self.gp = gp
+
+    def fetch(self):
+        return self.gp.get_weights()
+
+    def push(self, grad, row, version):
+        return self.gp.push(grad, row, 1000, None, True, version)
+
+
+def test_the_live_shape_learner_pushes_from_what_its_cluster_showed(tiny_shape) -> None:
+    """Views of a cluster the learner cannot see into: it decides greedily, observes, pushes in the
+    background; the global policy advances and the learner decides with the weights that come back."""
+    from clusters.a3c.live_shape import LiveShapeLearner
+    from clusters.a3c.weights import fresh_networks
+    from dl2ray.experiments import build_simulator
+
+    gp = GlobalPolicyImpl(tiny_shape, None, 0, None, OPTS)
+    net, _ = fresh_networks(tiny_shape)
+    learner = LiveShapeLearner(tiny_shape, net, _InProcessSink(gp), slots_per_update=3, seed=0, streams=[0])
+    cluster = build_simulator(tiny_shape)
+    view = cluster.reset(1_000_000)
+    for _ in range(40):
+        alloc = learner.decide(view)
+        learner.join()  # the test waits for each push; the live loop never does
+        res = cluster.step(alloc)
+        view = cluster.reset(1_000_001) if res.done else res.view
+    st = learner.stats()
+    assert st["pushed"] >= 3 and st["errors"] == 0 and st["twin_traces"] == st["pushed"]
+    assert gp.stats()["updates"] == st["pushed"] == st["version"] and gp.stats()["refused"] == {}
+    assert np.array_equal(params_vector(learner.net, None), gp.get_weights()[1])
+    assert all(isinstance(r, CounterfactualRow) for r in gp.result.history)

@@ -27,8 +27,9 @@ def agent(ray_session, tmp_path, request):
 
     cfg = load_live_config(ROOT / "configs" / "live-local.yaml")
     mode = getattr(request, "param", "")
-    learn = cfg.live.learn.model_copy(update={"enabled": mode == "learn", "steps_per_update": 4})
-    # live learning trains the paper's architecture (the shipped dl2-testbed.pt is a shape policy)
+    learning = mode.startswith("learn")
+    learn = cfg.live.learn.model_copy(update={"enabled": learning, "steps_per_update": 4})
+    # "learn": the paper's architecture; "learn-shape": the shipped shape policy (dl2-testbed.pt)
     scheduler = f"dl2:{PAPER_CHECKPOINT}" if mode == "learn" else cfg.live.scheduler
     cfg = cfg.model_copy(
         update={"live": cfg.live.model_copy(update={"learn": learn, "shadow": mode == "shadow",
@@ -188,13 +189,41 @@ def test_learning_agent_pushes_live_gradients_to_the_global_policy(agent) -> Non
     assert ray.get(handle.job.remote("learner"))["state"] == "cancelled"
 
 
-def test_live_learning_refuses_a_shape_policy_naming_the_architecture() -> None:
+def test_live_learning_needs_a_dl2_checkpoint_of_either_architecture() -> None:
     from clusters.a3c.live import _policy_path
     from dl2ray.errors import UserError
 
     assert _policy_path(f"dl2:{PAPER_CHECKPOINT}") == PAPER_CHECKPOINT
-    with pytest.raises(UserError, match=r"--learn: .*dl2-testbed.pt is a 'shape'-architecture policy"):
-        _policy_path(f"dl2:{ROOT / 'models' / 'dl2-testbed.pt'}")
+    assert _policy_path(f"dl2:{ROOT / 'models' / 'dl2-testbed.pt'}") == ROOT / "models" / "dl2-testbed.pt"
+    with pytest.raises(UserError, match=r"--learn needs the dl2 scheduler"):
+        _policy_path("drf")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["learn-shape"], indirect=True)
+def test_learning_agent_improves_the_shipped_shape_policy_from_live_jobs(agent) -> None:
+    """The shipped policy decides live MXNet jobs greedily; the twin of what the cluster showed gives
+    the pushes; the global policy's version advances, nothing is refused, no job is lost."""
+    ray, handle, log_dir = agent
+    specs = [small_spec(f"shape-{i}", epochs=8) for i in range(2)]
+    for spec in specs:
+        assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
+    gp = ray.get_actor("dl2ray-global-policy", namespace="dl2ray")
+    st = wait_for(
+        "two live pushes of the shape policy applied",
+        lambda: (s := ray.get(handle.status.remote()))["learn"]["pushed"] >= 2 and s,
+        progress=lambda: _slots(ray, handle),
+    )
+    assert st["learn"]["errors"] == 0 and st["learn"]["twin_traces"] >= 2
+    assert st["policy_version"] >= 1  # the agent decides with the weights its pushes brought back
+    stats = ray.get(gp.stats.remote())
+    assert stats["per_agent"].get(1000, 0) >= 2 and stats["refused"] == {}
+    assert (log_dir / "global-policy.pt").is_file()
+    done = wait_for("both jobs finished", lambda: all(
+        ray.get(handle.job.remote(s.name))["state"] == "finished" for s in specs),
+        progress=lambda: _slots(ray, handle))
+    assert done
 
 
 @pytest.mark.ray

@@ -94,3 +94,41 @@ def test_bad_twin_settings_are_refused() -> None:
         TwinExperience(CFG, seeds.training(1), np.random.default_rng(0), "truth")
     with pytest.raises(ValueError, match="window"):
         ObservedTwin(CFG, window=0)
+
+
+def test_live_observations_build_the_window_a_live_scheduler_saw() -> None:
+    from dl2ray.learn.twin import LiveObservations
+
+    sim = build_simulator(CFG)
+    view = sim.reset(seeds.training(1)[0])
+    obs = LiveObservations(window_slots=1000)
+    seen_done: dict[int, float] = {}
+    drf = make_scheduler("drf", CFG)
+    while not sim.done:
+        obs.see(view)
+        seen_done.update({j.job_id: j.done_epochs for j in view.jobs})
+        view = sim.step(drf.decide(view)).view
+    obs.see(view)
+    trace = obs.trace()
+    assert {j.job_id for j in trace} == set(seen_done)
+    start = min(j.arrival_slot for j in sim.trace if j.job_id in seen_done)
+    for job in trace:
+        true = next(t for t in sim.trace if t.job_id == job.job_id)
+        assert job.arrival_slot == true.arrival_slot - start and job.est_epochs == true.est_epochs
+        assert job.true_epochs == max(true.est_epochs, seen_done[job.job_id])  # no hidden length
+    assert LiveObservations(5).trace() == ()
+
+
+def test_the_live_window_forgets_old_finished_jobs() -> None:
+    from dl2ray.learn.twin import LiveObservations
+
+    sim = build_simulator(CFG)
+    view = sim.reset(seeds.training(1)[0])
+    obs = LiveObservations(window_slots=2)
+    drf = make_scheduler("drf", CFG)
+    while not sim.done:
+        obs.see(view)
+        view = sim.step(drf.decide(view)).view
+    obs.see(view)
+    assert all(j.arrival_slot >= 0 for j in obs.trace())
+    assert all(rec[1] >= obs.slot - 2 or not rec[5] for rec in obs.jobs.values())
