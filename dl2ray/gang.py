@@ -396,27 +396,9 @@ class GangSimulator(Simulator):
             reward += epochs / job.spec.est_epochs
             # only the latest observation: a gang job runs thousands of slots, and nothing here fits curves
             job.history = (Observation(self.slot, t.ps, t.workers, epochs, seconds, 0.0),)
-            if self.record_events:
-                self.result.events.append(
-                    {
-                        "slot": self.slot,
-                        "job_id": job_id,
-                        "workers": t.workers,
-                        "ps": t.ps,
-                        "epochs": epochs,
-                        "seconds": seconds,
-                        "completed": job_id in completed,
-                    }
-                )
-        cap = self.capacity.sum(axis=0)
-        self.result.cpu_util.append(float(used[0] / cap[0]))
-        self.result.gpu_util.append(float(used[1] / cap[1]) if cap[1] > 0 else 0.0)
+            self._record_event(job_id, t, epochs, seconds, job_id in completed)
         if any(remaining_by_node):
             assert isinstance(self.result, GangRunResult)
             self.result.fragmentation.append(fragmentation_index(remaining_by_node, self._gpus))
-        for job_id in completed:
-            job = self.jobs.pop(job_id)
-            self.finished[job_id] = job
-            assert job.end_time is not None
-            self.result.end_time[job_id] = job.end_time
+        self._close_slot(used, completed)
         return epochs_by_job, completed, reward

@@ -399,11 +399,19 @@ class Simulator:
                 Observation(self.slot, t.ps, t.workers, epochs, seconds,
                             self._loss(job) * (1.0 + loss_noise[i])),
             )
-            if self.record_events:
-                self.result.events.append({
-                    "slot": self.slot, "job_id": job_id, "workers": t.workers, "ps": t.ps,
-                    "epochs": epochs, "seconds": seconds, "completed": job_id in completed,
-                })
+            self._record_event(job_id, t, epochs, seconds, job_id in completed)
+        self._close_slot(used, completed)
+        return epochs_by_job, completed, reward
+
+    def _record_event(self, job_id: int, t: Tasks, epochs: float, seconds: float, completed: bool) -> None:
+        """One job's slot in the event log (:func:`write_events`), when events are recorded."""
+        if self.record_events:
+            self.result.events.append({"slot": self.slot, "job_id": job_id, "workers": t.workers, "ps": t.ps,
+                                       "epochs": epochs, "seconds": seconds, "completed": completed})
+
+    def _close_slot(self, used: np.ndarray, completed: list[int]) -> None:
+        """The slot's utilisation (``used``: cpu, gpu, mem held) and the completed jobs moved to ``finished``
+        (both simulators end a slot so)."""
         cap = self.capacity.sum(axis=0)
         self.result.cpu_util.append(float(used[0] / cap[0]))
         self.result.gpu_util.append(float(used[1] / cap[1]) if cap[1] > 0 else 0.0)
@@ -412,7 +420,6 @@ class Simulator:
             self.finished[job_id] = job
             assert job.end_time is not None
             self.result.end_time[job_id] = job.end_time
-        return epochs_by_job, completed, reward
 
     def _rate(self, job: _Job, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
         """Epochs/s of ``job`` on this layout before noise: its type's speed over its own factors."""
