@@ -339,7 +339,8 @@ class GlobalPolicyImpl:
         return {"kind": "a3c", "seed": self.seed, "updates": self.opt.updates,
                 "optimizer": self.opt.state_dict(),
                 "per_agent": {str(k): v for k, v in self.per_agent.items()}, "refused": dict(self.refused),
-                "options": dataclasses.asdict(self.opts), "result": result_doc(self.result)}
+                "max_norm": self.max_norm_seen, "options": dataclasses.asdict(self.opts),
+                "result": result_doc(self.result)}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         """A subclass's part of :meth:`_restore` (the checkpoint is read once)."""
@@ -360,6 +361,7 @@ class GlobalPolicyImpl:
         self.opt.load_state_dict(ex["optimizer"])
         self.per_agent = {int(k): int(v) for k, v in ex["per_agent"].items()}
         self.refused = Counter({str(k): int(v) for k, v in ex.get("refused", {}).items()})
+        self.max_norm_seen = float(ex.get("max_norm", 0.0))
         self.result.init = ex["result"]["init"]
         restore_result(self.result, ex["result"], int(ex["result"]["updates"]))
         self._restore_extra(ex)
