@@ -55,7 +55,7 @@ from clusters.k8s.config import K8sConfig
 from clusters.ray.agent import launch_agent
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRecord
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import build_networks
 from dl2ray.view import Allocation, ClusterView
@@ -111,7 +111,7 @@ class MemberSink:
         self._seen(r)
         return int(r["updates"]), r["weights"]
 
-    def push(self, flat_grad: np.ndarray, row: UpdateRow, version: int) -> tuple[int, np.ndarray | None]:
+    def push(self, flat_grad: np.ndarray, row: UpdateRecord, version: int) -> tuple[int, np.ndarray | None]:
         """One gradient on the weights of update ``version``; ``(updates, weights or None)``. A push that
         cannot reach the learner is dropped (counted), and the member rejoins at its next contact."""
         pull = (self.c.pushed + 1) % self.spec.pull_every == 0
