@@ -21,6 +21,21 @@ def small_config(**groups) -> ExperimentConfig:
     return ExperimentConfig.model_validate(raw)
 
 
+def tiny_shape_config() -> ExperimentConfig:
+    """Three testbed nodes, six jobs, a small shape policy (cheap counterfactual updates) and the
+    realistic information model (per-job deviation, declared-epoch error): a twin has something not to
+    know."""
+    return small_config(
+        cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
+        workload={"num_jobs": 6, "arrivals": {"pattern": "poisson", "rate": 1.5, "max_per_slot": 3},
+                  "epoch_error": 0.2},
+        speed={"job_deviation": 0.2},
+        policy={"arch": "shape", "shape": {"embed": [16], "head": 8, "envs": 2, "slots_per_update": 3,
+                                           "jobs_per_slot": 2, "samples": 2, "uniform": 1, "horizon": 4}},
+        sim={"max_slots": 200},
+    )
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     """Run ``dl2ray ARGV`` in-process; return (exit code, stdout, stderr)."""
     from dl2ray.cli import main

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -144,7 +143,3 @@ def checkpoint_kind(path: Path) -> str | None:
     """The ``kind`` a checkpoint records (``"a3c"``, ``"rl"``, ...) or None; CheckpointError if unreadable."""
     return read_checkpoint_doc(path).get("extra", {}).get("kind")
 
-
-def checkpoint_extra(path: Path) -> dict[str, Any]:
-    """A checkpoint's ``extra`` (either architecture)."""
-    return dict(read_checkpoint_doc(path).get("extra", {}))

@@ -19,6 +19,7 @@ per-job factors and noise from :data:`dl2ray.seeds.TWIN` seeds, never a real tra
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
@@ -42,6 +43,18 @@ def observed_trace(sim: Simulator) -> Trace:
     return sort_trace(jobs)
 
 
+@dataclass
+class SeenJob:
+    """What a live scheduler saw of one job (:class:`LiveObservations`)."""
+
+    job_type: str
+    arrival: int  # slot
+    declared: float  # epochs
+    requested: int | None  # bundles
+    epochs: float = 0.0  # trained, as last seen (all of them once finished)
+    finished: bool = False
+
+
 class LiveObservations:
     """What a live scheduler has seen of its cluster, as an observed trace (:meth:`trace`).
 
@@ -55,7 +68,7 @@ class LiveObservations:
         if window_slots < 1:
             raise ValueError(f"window_slots: {window_slots}: need at least 1")
         self.window_slots = window_slots
-        self.jobs: dict[int, list] = {}  # id -> [type, arrival slot, declared, requested, epochs, finished]
+        self.jobs: dict[int, SeenJob] = {}
         self.slot = 0
 
     def see(self, view) -> None:
@@ -63,25 +76,26 @@ class LiveObservations:
         self.slot = view.slot
         now = {j.job_id for j in view.jobs}
         for j in view.jobs:
-            rec = self.jobs.setdefault(j.job_id, [j.job_type, j.arrival_slot, j.est_epochs,
-                                                  j.requested_bundles, 0.0, False])
-            rec[4] = max(rec[4], j.done_epochs)
-        for jid, rec in self.jobs.items():
-            if not rec[5] and jid not in now:
-                rec[4], rec[5] = max(rec[4], rec[2]), True
+            seen = self.jobs.setdefault(j.job_id, SeenJob(j.job_type, j.arrival_slot, j.est_epochs,
+                                                          j.requested_bundles))
+            seen.epochs = max(seen.epochs, j.done_epochs)
+        for jid, seen in self.jobs.items():
+            if not seen.finished and jid not in now:
+                seen.epochs, seen.finished = max(seen.epochs, seen.declared), True
         horizon = self.slot - self.window_slots
-        for jid in [jid for jid, rec in self.jobs.items() if rec[5] and rec[1] < horizon]:
+        for jid in [jid for jid, seen in self.jobs.items() if seen.finished and seen.arrival < horizon]:
             del self.jobs[jid]
 
     def trace(self) -> Trace:
         """The observed trace of the window (empty before any job was seen)."""
         horizon = self.slot - self.window_slots
-        kept = [(jid, rec) for jid, rec in self.jobs.items() if rec[1] >= horizon]
+        kept = [(jid, seen) for jid, seen in self.jobs.items() if seen.arrival >= horizon]
         if not kept:
             return ()
-        start = min(rec[1] for _, rec in kept)
-        return sort_trace([JobSpec(jid, rec[0], rec[1] - start, float(max(rec[4], rec[2])), float(rec[2]),
-                                   rec[3]) for jid, rec in kept])
+        start = min(seen.arrival for _, seen in kept)
+        return sort_trace([JobSpec(jid, seen.job_type, seen.arrival - start,
+                                   float(max(seen.epochs, seen.declared)), float(seen.declared),
+                                   seen.requested) for jid, seen in kept])
 
 
 class ObservedTwin:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import small_config
+from support import small_config, tiny_shape_config
 
 from dl2ray.config import ExperimentConfig
 
@@ -24,37 +24,27 @@ def tiny() -> ExperimentConfig:
 @pytest.fixture
 def tiny_yaml(tiny: ExperimentConfig, tmp_path: Path) -> Path:
     """The tiny config as a YAML file for the CLI (absolute paths to the job types and speed surfaces)."""
-    raw = tiny.model_dump(mode="json")
+    return _as_yaml(tiny, tmp_path / "tiny.yaml")
+
+
+def _as_yaml(cfg: ExperimentConfig, path: Path) -> Path:
+    """``cfg`` as a YAML file for the CLI (absolute paths to the job types, speed surfaces and profile)."""
+    raw = cfg.model_dump(mode="json")
     raw.pop("base_dir")
-    raw["jobtypes"] = str(tiny.resolve(tiny.jobtypes))
-    raw["speed"]["surfaces"] = str(tiny.surfaces_dir)
-    path = tmp_path / "tiny.yaml"
+    raw["jobtypes"] = str(cfg.resolve(cfg.jobtypes))
+    raw["speed"]["surfaces"] = str(cfg.surfaces_dir)
+    if cfg.profile is not None:
+        raw["profile"] = str(cfg.resolve(cfg.profile))
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
 
 
 @pytest.fixture(scope="session")
 def tiny_shape() -> ExperimentConfig:
-    """The tiny cluster with the shipped architecture (the shape policy, small) and the realistic
-    information model (per-job deviation, declared-epoch error), so a twin has something to not know."""
-    return small_config(
-        cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
-        workload={"num_jobs": 6, "arrivals": {"pattern": "poisson", "rate": 1.5, "max_per_slot": 3},
-                  "epoch_error": 0.2},
-        speed={"job_deviation": 0.2},
-        policy={"arch": "shape", "shape": {"embed": [16], "head": 8, "envs": 2, "slots_per_update": 3,
-                                           "jobs_per_slot": 2, "samples": 2, "uniform": 1, "horizon": 4}},
-        sim={"max_slots": 200},
-    )
+    """:func:`support.tiny_shape_config`: the shipped architecture on the tiny cluster."""
+    return tiny_shape_config()
 
 
 @pytest.fixture
 def tiny_shape_yaml(tiny_shape: ExperimentConfig, tmp_path: Path) -> Path:
-    raw = tiny_shape.model_dump(mode="json")
-    raw.pop("base_dir")
-    raw["jobtypes"] = str(tiny_shape.resolve(tiny_shape.jobtypes))
-    raw["speed"]["surfaces"] = str(tiny_shape.surfaces_dir)
-    raw["profile"] = str(tiny_shape.resolve(tiny_shape.profile))
-    path = tmp_path / "tiny-shape.yaml"
-    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    return path
+    return _as_yaml(tiny_shape, tmp_path / "tiny-shape.yaml")

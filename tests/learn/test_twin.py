@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import small_config
+from support import tiny_shape_config
 
 from dl2ray import seeds
 from dl2ray.experiments import _speed_model, build_simulator
@@ -14,15 +14,7 @@ from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode
 
-CFG = small_config(
-    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
-    workload={"num_jobs": 6, "arrivals": {"pattern": "poisson", "rate": 1.5, "max_per_slot": 3},
-              "epoch_error": 0.2},
-    speed={"job_deviation": 0.2},
-    policy={"arch": "shape", "shape": {"embed": [16], "head": 8, "envs": 2, "slots_per_update": 3,
-                                       "jobs_per_slot": 2, "samples": 2, "uniform": 1, "horizon": 4}},
-    sim={"max_slots": 200},
-)
+CFG = tiny_shape_config()
 
 
 def _cluster_episode(seed: int = seeds.training(1)[0], max_slots: int | None = None):
@@ -131,4 +123,4 @@ def test_the_live_window_forgets_old_finished_jobs() -> None:
         view = sim.step(drf.decide(view)).view
     obs.see(view)
     assert all(j.arrival_slot >= 0 for j in obs.trace())
-    assert all(rec[1] >= obs.slot - 2 or not rec[5] for rec in obs.jobs.values())
+    assert all(seen.arrival >= obs.slot - 2 or not seen.finished for seen in obs.jobs.values())
