@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from clusters.a3c.global_policy import A3COptions
 from clusters.a3c.training import A3CRun
+from clusters.a3c.weights import with_hidden_of
 from dl2ray.config import ExperimentConfig
 
 
 def bench_a3c(cfg: ExperimentConfig, agent_counts: list[int], seconds: float, seed: int = 0,
-              warmup: float = 2.0, traces_per_agent: int = 20, single_process: bool = False) -> dict:
+              warmup: float = 2.0, traces_per_agent: int = 20, single_process: bool = False,
+              init: Path | None = None) -> dict:
     """For each count N: start a GlobalPolicy and N agents, warm up, then let every agent run ``seconds``.
 
     No validation and no checkpoints: only experience collection, gradients and
@@ -25,11 +28,16 @@ def bench_a3c(cfg: ExperimentConfig, agent_counts: list[int], seconds: float, se
     (``train rl``: the paper's TD actor-critic with replay, or the counterfactual
     trainer for the shape policy) the same way — the reference A3C is compared with
     (``agents`` 1, ``mode`` ``process``; the Ray rows have ``mode`` ``ray``).
+
+    ``init``: start every row from this checkpoint (its architecture and layer widths replace the
+    config's), so the experience is the one a warm-started run collects; ``None``: fresh networks
+    from ``seed`` (a fresh policy plays longer, slower slots than a trained one).
     """
-    rows = [_single_process(cfg, seconds, seed, traces_per_agent)] if single_process else []
+    cfg = with_hidden_of(cfg, init)
+    rows = [_single_process(cfg, init, seconds, seed, traces_per_agent)] if single_process else []
     for n in agent_counts:
         opts = A3COptions(agents=n, traces=traces_per_agent * n, val_every=None)
-        run = A3CRun(cfg, None, seed, None, opts)
+        run = A3CRun(cfg, init, seed, None, opts)
         try:
             run.run_for(warmup)  # actor start-up, imports and first traces out of the measurement
             load = os.getloadavg()[0]
@@ -44,16 +52,17 @@ def bench_a3c(cfg: ExperimentConfig, agent_counts: list[int], seconds: float, se
     base = rows[0]["slots_per_s"] if rows else 0.0
     for r in rows:
         r["speedup"] = round(r["slots_per_s"] / base, 3)
-    return {"config": cfg.name, "seconds": seconds, "cpus": os.cpu_count(), "results": rows}
+    return {"config": cfg.name, "init": None if init is None else str(init), "seconds": seconds,
+            "cpus": os.cpu_count(), "results": rows}
 
 
-def _single_process(cfg: ExperimentConfig, seconds: float, seed: int, traces: int) -> dict:
+def _single_process(cfg: ExperimentConfig, init: Path | None, seconds: float, seed: int, traces: int) -> dict:
     """The single-process trainer's row: one warm-up update, then updates until ``seconds`` have passed."""
     import time
 
     from dl2ray.learn.rl import RLOptions, make_trainer
 
-    trainer = make_trainer(cfg, None, seed, RLOptions(
+    trainer = make_trainer(cfg, init, seed, RLOptions(
         traces=traces, algo="counterfactual" if cfg.policy.arch == "shape" else "paper"))
     trainer.update()
     load = os.getloadavg()[0]

@@ -87,6 +87,8 @@ def bench_a3c(
     warmup: Annotated[float, typer.Option(min=0.0, help="unmeasured seconds before each measurement")] = 2.0,
     single_process: Annotated[bool, typer.Option(
         "--single-process", help="also measure the single-process trainer (the reference), first")] = False,
+    init: Annotated[Path | None, typer.Option(
+        help="start every row from this checkpoint (its architecture), as a warm-started run does")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Federated A3C throughput: slots of experience per second, all agents together, per agent count."""
@@ -94,11 +96,15 @@ def bench_a3c(
     if min(counts) < 1:
         raise UserError(f"--agents: {min(counts)}: every agent count must be at least 1")
     cfg = load_config(config)
+    if init is not None:
+        from dl2ray.policy.shape_net import checkpoint_arch
+
+        checkpoint_arch(init)  # an unreadable checkpoint is refused before Ray starts
     from clusters.a3c.bench import bench_a3c as run_bench
 
     started = start_ray(max(*counts, os.cpu_count() or 1))
     try:
-        doc = run_bench(cfg, counts, seconds, seed, warmup, single_process=single_process)
+        doc = run_bench(cfg, counts, seconds, seed, warmup, single_process=single_process, init=init)
     finally:
         if started:
             import ray

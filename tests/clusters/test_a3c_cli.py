@@ -38,6 +38,7 @@ def test_a_broken_plugin_is_named_when_needed(capsys, monkeypatch) -> None:
     (["train", "rl", "--agents", "2", "--replay"], "no replay"),
     (["train", "rl", "--agents", "2", "--no-replay", "--prioritized"], "no replay"),
     (["bench", "a3c", "--agents", "1", "0"], "--agents: 0"),
+    (["bench", "a3c", "--init", "/nonexistent/x.pt"], "no such policy checkpoint"),
 ])
 def test_bad_agent_options_exit_2_with_one_line(capsys, tmp_path, argv, message) -> None:
     extra = ["--out", str(tmp_path / "a.pt"), "--updates", "1"] if argv[0] == "train" else []

@@ -118,6 +118,23 @@ def test_train_rl_counterfactual_with_two_agents(capsys, tmp_path, tiny_shape_ya
     assert load_shape_checkpoint(out).extra["updates"] == 3
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_bench_a3c_measures_a_warm_started_shape_run(ray_session, tiny_shape, tmp_path) -> None:
+    """``bench a3c --init``: the single-process row and the Ray rows all start from the checkpoint."""
+    from clusters.a3c.bench import bench_a3c
+    from clusters.a3c.weights import fresh_networks, save_networks
+
+    init = tmp_path / "init.pt"
+    net, _ = fresh_networks(tiny_shape, seed=7)
+    save_networks(init, net, None, tiny_shape.catalogue.names, {"kind": "test"})
+    paper = tiny_shape.model_copy(update={"policy": tiny_shape.policy.model_copy(update={"arch": "paper"})})
+    doc = bench_a3c(paper, [1], seconds=0.1, warmup=0.0, traces_per_agent=2, single_process=True, init=init)
+    assert doc["init"] == str(init)
+    assert [(r["mode"], r["agents"]) for r in doc["results"]] == [("process", 1), ("ray", 1)]
+    assert all(r["slots"] > 0 and r["updates"] >= 1 for r in doc["results"])  # the init's arch ran: shape
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--algo", "improve", "--agents", "2"], "--algo improve"),
     (["--algo", "paper", "--twin", "observed"], "--twin observed"),
