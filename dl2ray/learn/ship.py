@@ -150,7 +150,7 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
     best = (rl or {}).get("best") or {}
     opts = (rl or {}).get("options", {})
     policy = src.get("config", {}).get("policy", {})
-    shape = opts.get("algo") == "counterfactual" or (sl or {}).get("run", {}).get("arch") == "shape"
+    shape = _algo(rl or {}) == "counterfactual" or (sl or {}).get("run", {}).get("arch") == "shape"
     s = policy.get("shape", {})
     arch = (f"shape architecture: one (workers, PS) row per job from a menu of workers "
             f"{s.get('menu_workers')} × PS {s.get('menu_ps')} (and wait), one scorer shared by all jobs "
@@ -223,11 +223,29 @@ def _test_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _algo(rl: dict) -> str:
+    """The run's algorithm: single-process runs record it; an A3C run (``train rl --agents N``) trains the
+    architecture of its config (shape: ``counterfactual``)."""
+    opts = rl.get("options", {})
+    if "algo" in opts:
+        return str(opts["algo"])
+    arch = rl.get("config", {}).get("policy", {}).get("arch", "paper")
+    return "counterfactual" if arch == "shape" else "paper"
+
+
+def _distributed(opts: dict) -> str:
+    """How the run was spread (A3C: agents on Ray actors and the twin they learn in; else one process)."""
+    if "agents" not in opts:
+        return "one process"
+    return (f"A3C: {opts['agents']} agent(s) as Ray actors pushing to one GlobalPolicy, "
+            f"{opts.get('twin', 'config')} twin")
+
+
 def _rl_rows(rl: dict, opts: dict, policy: dict, best: dict) -> list[str]:
-    if opts.get("algo") == "counterfactual":
+    if _algo(rl) == "counterfactual":
         s = policy.get("shape", {})
         first = (f"| RL | algorithm `counterfactual` (per-job counterfactual rollouts, KL-limited "
-                 f"improvement), "
+                 f"improvement), {_distributed(opts)}, "
                  f"{rl.get('updates')} updates, seed {rl.get('seed')}, {s.get('slots_per_update')} slots × "
                  f"{s.get('jobs_per_slot')} jobs per update, {s.get('samples')} policy + {s.get('uniform')} "
                  f"uniform rows per job, horizon {s.get('horizon')}, KL {s.get('kl')}, lr {s.get('lr')} |")
@@ -264,7 +282,10 @@ def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict |
     if rl is not None:
         o = rl.get("options", {})
         init = f" --init {rl['init']}" if rl.get("init") else ""
-        algo = f" --algo {o['algo']}" if o.get("algo", "paper") != "paper" else ""
+        algo = f" --algo {_algo(rl)}" if _algo(rl) != "paper" else ""
+        if "agents" in o:  # an A3C run
+            twin = o.get("twin", "config")
+            algo += f" --agents {o['agents']}" + (f" --twin {twin}" if twin != "config" else "")
         cmds.append(f"dl2ray train rl --config {config_path}{init}{algo} --updates {rl.get('updates')} "
                     f"--traces {o.get('traces')} --val-traces {o.get('val_traces')} "
                     f"--val-every {o.get('val_every')} --seed {rl.get('seed')} --out {run}")

@@ -1,4 +1,5 @@
-"""Shipping a run: slim checkpoint, run records, model card with test-set results; bad input exits 2."""
+"""Shipping a run: slim checkpoint, run records, model card with test-set results (and how the run was
+trained: one process or A3C agents on Ray); bad input exits 2."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from support import run_cli, small_config
 
 from dl2ray import seeds
 from dl2ray.learn.rl import RLOptions, train_rl
-from dl2ray.learn.ship import HEURISTICS, ship
+from dl2ray.learn.ship import HEURISTICS, _rl_rows, reproduce, ship
 from dl2ray.learn.sl import SLRun, run_sl
 from dl2ray.policy.network import load_checkpoint
 
@@ -79,3 +80,25 @@ def test_ship_an_sl_checkpoint_on_a_fixed_trace(tmp_path):
     assert "RL | none" in card and f"the fixed trace `{trace}`" in card
     assert f"--run {sl} --name dl2-sl --test-traces 1 --trace {trace}" in card
     assert f"dl2ray train sl --config tiny.yaml --teacher drf --out {sl}" in card
+
+SHAPE = {"arch": "shape", "shape": {"slots_per_update": 16, "jobs_per_slot": 6}}
+
+
+def _record(options: dict) -> dict:
+    return {"kind": "rl", "seed": 1, "updates": 10, "init": "runs/sl.pt", "options": options,
+            "config": {"policy": SHAPE}, "best": {"update": 5, "avg_jct": 11.5}, "val_seeds": [1, 2]}
+
+
+def test_an_a3c_run_is_reproduced_with_its_agents_and_twin() -> None:
+    rl = _record({"agents": 2, "traces": 100, "val_traces": 5, "val_every": 5, "twin": "observed"})
+    cmds = reproduce("m", "configs/testbed.yaml", "runs/a3c.pt", rl, None, 10)
+    assert ("dl2ray train rl --config configs/testbed.yaml --init runs/sl.pt --algo counterfactual "
+            "--agents 2 --twin observed --updates 10") in cmds[0]
+    assert "A3C: 2 agent(s) as Ray actors" in _rl_rows(rl, rl["options"], SHAPE, rl["best"])[0]
+
+
+def test_a_single_process_run_keeps_its_command() -> None:
+    rl = _record({"algo": "counterfactual", "traces": 100, "val_traces": 5, "val_every": 5})
+    cmds = reproduce("m", "configs/testbed.yaml", "runs/rl.pt", rl, None, 10)
+    assert "--algo counterfactual --updates 10" in cmds[0] and "--agents" not in cmds[0]
+    assert "one process" in _rl_rows(rl, rl["options"], SHAPE, rl["best"])[0]
