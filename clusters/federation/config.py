@@ -164,6 +164,17 @@ class Member(FrozenModel):
                                    description="shadow/serve-only: seconds between weight pulls")
     steps_per_update: int | None = Field(default=None, ge=1,
                                          description="its decision steps per gradient; null: the learner's")
+    joins_after: int = Field(default=0, ge=0, description=(
+        "simulated learn member: a cluster that joins a running federation. It takes the global weights "
+        "at once but pushes only once the learner has applied this many updates (until then it pulls "
+        "every pull_interval_s); 0: from the start"))
+
+    @model_validator(mode="after")
+    def _late_learner(self) -> Member:
+        if self.joins_after and (self.mode != "learn" or not isinstance(self.backend, SimBackendSpec)):
+            raise ValueError(f"joins_after: {self.joins_after}: only a simulated learn member joins late "
+                             f"(this one is a {self.backend.kind!r} {self.mode!r} member)")
+        return self
 
 
 class FederationFile(FrozenModel):

@@ -12,8 +12,10 @@ and takes the reply's weights (a push the learner refuses is counted); in
 ``shadow`` and ``serve-only`` it pulls weights every ``pull_interval_s``
 and pushes nothing (shadow: its cluster keeps the fallback, DRF, and the
 policy is only judged; serve-only: the cluster is scheduled by the pulled
-policy). Every ``val_every`` pushes (pulls) it measures the greedy policy's
-average JCT on its own validation traces against DRF's and reports it.
+policy). A ``learn`` member with ``joins_after`` K (a cluster that joins a running federation) pulls
+like a shadow member until the learner has applied K updates, then pushes. Every ``val_every`` pushes
+(pulls) it measures the greedy policy's average JCT on its own validation traces against DRF's and
+reports it.
 
 Random streams: member ``i``'s action sampling (or tried jobs and rows)
 ``[seed, 1, i, incarnation]``, exploration ``[seed, 2, i, incarnation]``
@@ -61,6 +63,7 @@ class MemberSpec:
     twin: str = "observed"  # shape policy: where its tries are simulated (dl2ray.learn.twin)
     twin_window: int = 8
     observe_every: int = 1
+    joins_after: int = 0  # learn: pushes once the learner has applied this many updates (pulls till then)
 
 
 @dataclass
@@ -153,9 +156,15 @@ class MemberAgentImpl:
             with self._lock:
                 self.c.joins += 1
             self._take(r)
-        if self.spec.mode == "learn":
+        if self.spec.mode == "learn" and self.c.version >= self.spec.joins_after:
             self._learn_turn()
             due = self.c.pushed % self.spec.val_every == 0
+        elif self.spec.mode == "learn":  # joined, waiting for the federation to reach joins_after updates
+            self._stop.wait(self.spec.pull_interval_s)
+            self._take(self.link.pull(self.spec.name, self.c.version, self.c.boot))
+            with self._lock:
+                self.c.pulls += 1
+            return
         else:
             self._stop.wait(self.spec.pull_interval_s)
             r = self.link.pull(self.spec.name, self.c.version, self.c.boot)
@@ -223,6 +232,6 @@ def member_specs(fed, learning_seed: int) -> list[MemberSpec]:
             m.name, i, m.mode, seedsets.training(m.traces, offset), seedsets.validation(m.val_traces),
             m.val_every, m.pull_interval_s, learning_seed, m.steps_per_update or lrn.steps_per_update,
             lrn.critic, lrn.exploration, lrn.pull_every, lrn.threads, lrn.twin, lrn.twin_window,
-            lrn.observe_every))
+            lrn.observe_every, m.joins_after))
         offset += m.traces
     return specs

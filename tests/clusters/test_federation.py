@@ -65,6 +65,8 @@ def test_member_config_merges_overrides_and_takes_learner_policy(tmp_path, tiny_
      "members.0.backend"),
     (lambda d: d["members"][0].update(ray_address="127.0.0.1:1")
      or d["learner"]["http"].update(enabled=False), "learner.http.enabled"),
+    (lambda d: d["members"][0].update(joins_after=-1), "members.0.joins_after"),
+    (lambda d: d["members"][0].update(joins_after=2, mode="shadow"), "joins_after"),
 ])
 def test_bad_fields_exit_2_naming_the_field(tmp_path, tiny_yaml, capsys, patch, field):
     path = _fed_file(tmp_path, tiny_yaml)
@@ -142,6 +144,13 @@ def test_experiment_refuses_unknown_or_no_learning_members(tmp_path, tiny_yaml, 
     path.write_text(yaml.safe_dump(doc))
     code, _, err = run_cli(capsys, "federation", "experiment", str(path), "--member", "a")
     assert code == 2 and err.startswith("error: --member: none"), err
+    doc["members"][0]["mode"] = "learn"
+    doc["members"][1]["joins_after"] = 3
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run_cli(capsys, "federation", "experiment", str(path), "--updates", "3")
+    assert code == 2 and "'b' joins after 3 updates" in err, err
+    code, _, err = run_cli(capsys, "federation", "experiment", str(path), "--member", "b", "--updates", "5")
+    assert code == 2 and "nobody would push first" in err, err
 
 
 def test_bench_refuses_a_member_count_below_one(capsys):
@@ -475,3 +484,27 @@ def test_member_turns_by_mode(learner, tmp_path, tiny_yaml, mode):
         assert st["pushed"] == 0 and gp.opt.updates == 0 and rec["pulls"] == st["pulls"] == 2
     assert st["validations"] == 1 and rec["drf_jct"] > 0 and rec["val_jct"] > 0  # its own validation traces
     assert rec["val_update"] == st["version"]
+
+
+def test_a_late_member_pulls_until_the_federation_has_its_updates_then_pushes(learner, tmp_path, tiny_yaml):
+    """``joins_after`` 2: the member takes the global weights at once, pulls while the learner has fewer
+    than 2 updates (pushed here by member b), then pushes from the next turn on."""
+    import dataclasses
+
+    from clusters.federation.members import MemberAgentImpl, member_specs
+
+    gp, _, cfg = learner
+    fed = load_federation(_fed_file(tmp_path, tiny_yaml))
+    spec = dataclasses.replace(member_specs(fed, 0)[0], joins_after=2, val_every=100, pull_interval_s=0.01)
+    agent = MemberAgentImpl(cfg, spec, _Direct(gp), start=False)
+    agent.step()
+    agent.step()
+    st = agent.status()
+    assert st["joins"] == 1 and st["pushed"] == 0 and st["pulls"] == 2 and gp.opt.updates == 0
+    gp.join("b")
+    for _ in range(2):
+        gp.push_member("b", _grad(gp, 1e-4), ROW, gp.opt.updates, gp.boot)
+    agent.step()  # the pull that sees update 2
+    agent.step()  # its first push
+    st = agent.status()
+    assert st["pulls"] == 3 and st["pushed"] == st["accepted"] == 1 and gp.opt.updates == 3
