@@ -150,7 +150,11 @@ def train_rl(
     algo: Annotated[str, typer.Option(
         help="paper: TD actor-critic on slot rewards; improve: rollout policy improvement with per-step "
              "credit (policy.improve); counterfactual: per-job counterfactual policy optimisation of the "
-             "shape policy (policy.shape)")] = "paper",
+             "shape policy (policy.shape); pg: on-policy per-job policy gradient of the shape policy with a "
+             "learned value baseline (dl2ray.learn.shape_pg)")] = "paper",
+    credit: Annotated[str, typer.Option(
+        help="pg: a job choice's return: job (its own remaining JCT) or slot (every job's remaining JCT "
+             "from that slot on)")] = "job",
     zero_advantage: Annotated[bool, typer.Option(
         help="the control run: advantages set to 0 (paper) / shuffled among the tried rows "
              "(counterfactual) / labels drawn without the outcomes (improve)")
@@ -182,14 +186,19 @@ def train_rl(
         raise UserError("--algo improve: single process only (A3C runs paper or counterfactual)")
     if twin not in ("config", "observed"):
         raise UserError(f"--twin: {twin!r}: known: config, observed")
-    if twin != "config" and algo != "counterfactual":
-        raise UserError(f"--twin {twin}: only --algo counterfactual learns in a twin")
+    if twin != "config" and algo not in rl.SHAPE_ALGOS:
+        raise UserError(f"--twin {twin}: only --algo counterfactual and pg learn in a twin")
+    if credit not in ("job", "slot"):
+        raise UserError(f"--credit: {credit!r}: known: job, slot")
+    if algo == "pg" and agents > 1:
+        raise UserError("--algo pg: single process only (A3C runs paper or counterfactual)")
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
     replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
     opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
-                        algo=algo, zero_advantage=zero_advantage, twin=twin)  # type: ignore[arg-type]
+                        algo=algo, zero_advantage=zero_advantage, twin=twin,  # type: ignore[arg-type]
+                        credit=credit)  # type: ignore[arg-type]
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

@@ -7,7 +7,9 @@ Update records are typed per kind of learner, never one type whose fields change
   live learner): policy loss, value loss, entropy, mean slot reward, mean value, new experience;
 * :class:`CounterfactualRow`: an update of the shape policy by counterfactual rollouts
   (:class:`~dl2ray.learn.shape_rl.ShapeTrainer`): its loss, the KL divergence from the policy before
-  the update, entropy, mean slot reward, mean counterfactual gain, tries, slots and rollouts.
+  the update, entropy, mean slot reward, mean counterfactual gain, tries, slots and rollouts;
+* :class:`PolicyGradientRow`: an on-policy update of the shape policy (``--algo pg``): surrogate and
+  baseline losses, KL, entropy, mean slot reward, mean credit, slots, job decisions, episodes, steps.
 
 A run's history (:class:`RLResult`, the run JSON ``OUT.json`` and the checkpoint's ``result``) holds the
 records as they are; :func:`update_record` reads one back by its fields (an older shape run, written
@@ -23,11 +25,15 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-ALGOS = ("paper", "improve", "counterfactual")
+ALGOS = ("paper", "improve", "counterfactual", "pg")
 """``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
 ``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`);
 ``counterfactual``: per-job counterfactual policy optimisation of the *shape* policy
-(:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`)."""
+(:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`); ``pg``: on-policy per-job policy
+gradient of the shape policy with a learned value baseline (:mod:`dl2ray.learn.shape_pg`)."""
+
+SHAPE_ALGOS = ("counterfactual", "pg")
+"""The algorithms that train the shape architecture (the others train the paper's)."""
 
 
 @dataclass
@@ -45,9 +51,10 @@ class RLOptions:
     steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
     critic_warmup: int = 0  # first updates that train only the value network
     max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
-    algo: Literal["paper", "improve", "counterfactual"] = "paper"  # see ALGOS
+    algo: Literal["paper", "improve", "counterfactual", "pg"] = "paper"  # see ALGOS
     zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
     twin: Literal["config", "observed"] = "config"  # counterfactual: where tries come from (learn.twin)
+    credit: Literal["job", "slot"] = "job"  # pg: each choice's return (dl2ray.learn.shape_pg)
 
 
 @dataclass
@@ -104,12 +111,31 @@ class CounterfactualRow:
     rollouts: int
 
 
-UpdateRecord = UpdateRow | CounterfactualRow
+@dataclass
+class PolicyGradientRow:
+    """Per update of the shape policy by on-policy per-job policy gradient (:mod:`dl2ray.learn.shape_pg`)."""
+
+    update: int
+    policy_loss: float  # the clipped surrogate's loss (with the entropy term)
+    value_loss: float  # the baseline's MSE on standardised credit, after its fit
+    kl: float  # KL(policy before the update || after), mean over the job decisions
+    entropy: float
+    reward: float  # mean slot reward of the sampled episodes
+    mean_credit: float  # mean credit of a job decision (slots; minus remaining JCT)
+    slots: int
+    decisions: int  # job decisions (one menu row each)
+    episodes: int
+    steps: int  # Adam steps taken before the KL limit stopped the update
+
+
+UpdateRecord = UpdateRow | CounterfactualRow | PolicyGradientRow
 """One update of any learner."""
 
 
 def update_record(doc: dict[str, Any]) -> UpdateRecord:
     """A record of a history read back (a run JSON, a checkpoint's ``result``), typed by its fields."""
+    if "decisions" in doc:
+        return PolicyGradientRow(**doc)
     return CounterfactualRow(**doc) if "kl" in doc else UpdateRow(**doc)
 
 

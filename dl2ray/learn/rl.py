@@ -46,6 +46,7 @@ from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, imitation_update
 from dl2ray.learn.records import (
     ALGOS,
+    SHAPE_ALGOS,
     RLOptions,
     RLResult,
     UpdateRecord,
@@ -72,7 +73,7 @@ from dl2ray.policy.network import (
 )
 
 __all__ = [  # the records and the validation live in their own modules; re-exported here for callers
-    "ALGOS", "RLOptions", "RLResult", "Trainer", "UpdateRecord", "UpdateRow", "ValidationRow",
+    "ALGOS", "SHAPE_ALGOS", "RLOptions", "RLResult", "Trainer", "UpdateRecord", "UpdateRow", "ValidationRow",
     "heuristic_jct", "make_trainer", "train_rl", "validate", "write_run_json",
 ]
 
@@ -225,7 +226,7 @@ def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOp
     Refuses an ``init`` checkpoint of the other architecture."""
     from dl2ray.policy.shape_net import checkpoint_arch
 
-    arch = "shape" if opts.algo == "counterfactual" else "paper"
+    arch = "shape" if opts.algo in SHAPE_ALGOS else "paper"
     if init is not None and checkpoint_arch(init) != arch:
         raise CheckpointError(f"{init}: a {checkpoint_arch(init)!r} checkpoint; --algo {opts.algo} trains "
                               f"the {arch!r} architecture (train sl --arch {arch})")

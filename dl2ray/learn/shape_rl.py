@@ -1,5 +1,6 @@
-"""The shape policy's RL trainer: :mod:`dl2ray.learn.counterfactual` behind the
-:class:`~dl2ray.learn.records.Learner` interface that :func:`~dl2ray.learn.rl.train_rl` drives.
+"""The shape policy's RL trainer: :mod:`dl2ray.learn.counterfactual` (or, ``--algo pg``, the on-policy
+:mod:`dl2ray.learn.shape_pg`) behind the :class:`~dl2ray.learn.records.Learner` interface that
+:func:`~dl2ray.learn.rl.train_rl` drives.
 
 ``dl2ray train rl --algo counterfactual`` (and ``experiment ablation --rl-opt
 algo=counterfactual``): the same files (``OUT.pt``, ``OUT.best.pt``,
@@ -34,6 +35,7 @@ from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.counterfactual import Collected, improve_policy
 from dl2ray.learn.records import (
     CounterfactualRow,
+    PolicyGradientRow,
     RLOptions,
     RLResult,
     ValidationRow,
@@ -41,6 +43,7 @@ from dl2ray.learn.records import (
     result_doc,
     rng_state,
 )
+from dl2ray.learn.shape_pg import OnPolicyCollector, build_job_value, pg_update
 from dl2ray.learn.twin import TwinExperience
 from dl2ray.learn.validation import validate
 from dl2ray.policy.network import CheckpointError
@@ -82,20 +85,37 @@ class ShapeTrainer:
         self.sample_rng = np.random.default_rng([seed, 1])
         self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)
         self.collector = self.experience.collector
+        self.pg: OnPolicyCollector | None = None
+        if opts.algo == "pg":  # on-policy per-job policy gradient in the same twin, with its own baseline
+            self.pg = OnPolicyCollector(self.collector.sims, self.enc, self.collector.source, self.sample_rng,
+                                        opts.credit)
+            self.value = build_job_value(self.enc, s.head, seed)
+            self.value_opt = torch.optim.Adam(self.value.parameters(), lr=s.lr)
         self.updates = 0
         self.val_seeds = seedsets.validation(opts.val_traces)
         self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
 
     @property
     def episodes(self) -> int:
-        return self.collector.episodes
+        return self.pg.episodes if self.pg is not None else self.collector.episodes
 
-    def update(self) -> CounterfactualRow:
-        """Collect one update's tries (greedy episodes, counterfactual rollouts), then improve."""
-        data = self.experience.collect(NumpyShapePolicy(self.policy))
+    def update(self) -> CounterfactualRow | PolicyGradientRow:
+        """Collect one update's experience (greedy episodes and counterfactual rollouts; ``pg``: episodes
+        of the sampled policy), then improve."""
+        policy = NumpyShapePolicy(self.policy)
         self.updates += 1
-        row = counterfactual_update(self.policy, self.opt, data, self.cfg,
-                                    self.sample_rng if self.opts.zero_advantage else None, self.updates)
+        row: CounterfactualRow | PolicyGradientRow
+        if self.pg is not None:
+            self.experience.observe_if_due(policy)
+            s = self.cfg.policy.shape
+            played = self.pg.collect(policy, s.envs)
+            control = self.sample_rng if self.opts.zero_advantage else None
+            row = pg_update(self.policy, self.value, self.opt, self.value_opt, played, s.epochs, s.trust,
+                            s.entropy_weight, self.updates, control)
+        else:
+            data = self.experience.collect(policy)
+            row = counterfactual_update(self.policy, self.opt, data, self.cfg,
+                                        self.sample_rng if self.opts.zero_advantage else None, self.updates)
         self.result.history.append(row)
         self.result.updates = self.updates
         return row
@@ -109,6 +129,8 @@ class ShapeTrainer:
         extra = {"kind": "rl", "seed": self.seed, "updates": self.updates,
                  "optimizer": self.opt.state_dict(), "episodes": self.episodes, "options": asdict(self.opts),
                  "rng": {"sample_rng": rng_state(self.sample_rng)}, "result": result_doc(self.result)}
+        if self.pg is not None:  # the baseline is the learner's own: kept for resuming, never shipped
+            extra["value"] = {"net": self.value.state_dict(), "optimizer": self.value_opt.state_dict()}
         save_shape_checkpoint(path, self.policy, self.cfg.catalogue.names, extra=extra)
 
     def restore(self, path: Path) -> None:
@@ -121,5 +143,11 @@ class ShapeTrainer:
         self.opt.load_state_dict(ex["optimizer"])
         self.updates = int(ex["updates"])
         self.collector.episodes = int(ex["episodes"])
+        if self.pg is not None:
+            self.pg.episodes = int(ex["episodes"])
+            if "value" not in ex:
+                raise CheckpointError(f"{path}: no value baseline in it: not a --algo pg run")
+            self.value.load_state_dict(ex["value"]["net"])
+            self.value_opt.load_state_dict(ex["value"]["optimizer"])
         self.sample_rng.bit_generator.state = ex["rng"]["sample_rng"]
         restore_result(self.result, ex["result"], self.updates)

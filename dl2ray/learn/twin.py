@@ -184,11 +184,16 @@ class TwinExperience:
     def collect(self, policy):
         """One update's tries (:class:`~dl2ray.learn.counterfactual.Collected`) with ``policy`` (a
         :class:`~dl2ray.policy.shape_net.NumpyShapePolicy`), observing the cluster first when due."""
+        self.observe_if_due(policy)
+        return self.collector.collect(policy, self.cfg.policy.shape.slots_per_update)
+
+    def observe_if_due(self, policy) -> None:
+        """Before an update's experience: one episode of the own cluster every ``observe_every`` updates
+        (and whenever the observed twin has none yet); counts the update."""
         due = self.collects % self.observe_every == 0 or (self.twin is not None and not self.twin.traces)
         if self.own_cluster and due:
             self.observe(policy)
         self.collects += 1
-        return self.collector.collect(policy, self.cfg.policy.shape.slots_per_update)
 
     def observe(self, policy) -> None:
         """One episode of the learner's own cluster with the greedy ``policy``; the twin takes what it

@@ -1,0 +1,85 @@
+"""On-policy per-job policy gradient of the shape policy (``--algo pg``): its credit by hand, a run that
+learns, resumes with its baseline and ships, and its control."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from support import run_cli, tiny_shape_config
+
+from dl2ray.experiments import build_simulator
+from dl2ray.learn.records import PolicyGradientRow, RLOptions, update_record
+from dl2ray.learn.rl import train_rl
+from dl2ray.learn.shape_pg import OnPolicyCollector, build_job_value, pg_update
+from dl2ray.policy.shape import ShapeEncoding
+from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
+
+TINY = tiny_shape_config()
+ENC = ShapeEncoding.from_config(TINY)
+
+
+def _collector(credit: str, seed: int = 0) -> OnPolicyCollector:
+    sims = [build_simulator(TINY, world="operator")]
+    return OnPolicyCollector(sims, ENC, lambda k: (1_000_000 + k, None), np.random.default_rng(seed), credit)
+
+
+def test_credit_by_hand() -> None:
+    """Jobs 1 (slots 0–1, ends at 1.5) and 2 (arrives at slot 1, unfinished when the run stops at 3)."""
+    seen = present = [(0, [1]), (1, [1, 2]), (2, [2])]
+    end = {1: 1.5}
+    job = _collector("job")._credit(seen, present, end, last=3.0)
+    assert [c.tolist() for c in job] == [[-1.5], [-0.5, -2.0], [-1.0]]
+    # slot: every job's time in the system from slot t on: 1 + (0.5 + 1) + 1 = 3.5, then 2.5, then 1
+    slot = _collector("slot")._credit(seen, present, end, last=3.0)
+    assert [c.tolist() for c in slot] == [[-3.5], [-2.5, -2.5], [-1.0]]
+
+
+def test_collection_samples_on_policy_and_credits_every_decision() -> None:
+    policy = NumpyShapePolicy(build_shape_policy(ENC, (16,), 8, 0))
+    data = _collector("job").collect(policy, 2)
+    assert data.episodes == 2 and len(data.credit) == len(data.slots) > 0
+    pairs = zip(data.credit, data.slots, strict=True)
+    assert all(len(c) == len(s.actions) and (c <= 0).all() for c, s in pairs)
+    assert all(s.masks[np.arange(len(s.actions)), s.actions].all() for s in data.slots)  # allowed rows only
+    again = _collector("job").collect(policy, 2)
+    assert [s.actions.tolist() for s in again.slots] == [s.actions.tolist() for s in data.slots]
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_an_update_moves_the_policy_within_its_kl_limit(control: bool) -> None:
+    net = build_shape_policy(ENC, (16,), 8, 0)
+    value = build_job_value(ENC, 8, 0)
+    before = [p.detach().clone() for p in net.parameters()]
+    data = _collector("slot").collect(NumpyShapePolicy(net), 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    vopt = torch.optim.Adam(value.parameters(), lr=1e-2)
+    row = pg_update(net, value, opt, vopt, data, epochs=3, trust=0.05, entropy_weight=0.0, update=1,
+                    control=np.random.default_rng(0) if control else None)
+    assert isinstance(row, PolicyGradientRow) and 1 <= row.steps <= 3
+    assert row.decisions == sum(len(s.actions) for s in data.slots) and row.slots == len(data.slots)
+    assert row.kl >= 0 and np.isfinite(row.value_loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    assert update_record(row.__dict__) == row
+
+
+def test_train_rl_pg_writes_resumes_with_its_baseline(tmp_path) -> None:
+    out = tmp_path / "pg.pt"
+    opts = RLOptions(traces=2, val_traces=1, val_every=1, checkpoint_every=1, algo="pg", credit="slot")
+    _, res = train_rl(TINY, None, 2, 0, out, opts)
+    assert res.updates == 2 and all(isinstance(h, PolicyGradientRow) for h in res.history)
+    rec = json.loads(out.with_suffix(".json").read_text())
+    assert rec["options"]["algo"] == "pg" and rec["options"]["credit"] == "slot"
+    _, again = train_rl(TINY, None, 3, 0, out, opts, resume=True)
+    assert again.updates == 3 and [h.update for h in again.history] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--algo", "pg", "--agents", "2"], "--algo pg: single process only"),
+    (["--algo", "pg", "--credit", "team"], "--credit: 'team'"),
+])
+def test_bad_pg_options_exit_2(capsys, tmp_path, argv, message) -> None:
+    code, _, err = run_cli(capsys, "train", "rl", *argv, "--out", str(tmp_path / "a.pt"), "--updates", "1")
+    assert code == 2 and message in err and "Traceback" not in err
