@@ -13,6 +13,9 @@ in it, the KL-limited improvement of a learning copy of the weights gives the ps
 the sink (the GlobalPolicy actor, which checks and applies it) answers with the new weights, taken
 up by the next slot's decision. One push is computed at a time; a push that fails is counted and
 logged, never raised into the slot loop.
+
+A federation's live member runs it too (:class:`clusters.federation.live.FederatedLiveShapePolicy`:
+the sink is its link to the federation's learner; ``learning=False`` in ``shadow`` and ``serve-only``).
 """
 
 from __future__ import annotations
@@ -36,16 +39,18 @@ log = logging.getLogger(__name__)
 
 class LiveShapeLearner:
     """The learning scheduler of the shape policy (module docstring); ``sink``: where pushes go
-    (:class:`~clusters.a3c.live.GlobalPolicySink`); ``learning=False``: greedy decisions only."""
+    (:class:`~clusters.a3c.live.GlobalPolicySink`, or a federation member's
+    :class:`~clusters.federation.live.MemberSink`); ``learning=False``: greedy decisions only;
+    ``streams``: what separates its tried jobs and rows from other learners'; ``salt``: its twin's seeds."""
 
     name = "dl2-learn"
 
     def __init__(self, cfg: ExperimentConfig, net: Any, sink: Any, slots_per_update: int, seed: int,
-                 streams: list[int], learning: bool = True, window_slots: int = 200) -> None:
+                 streams: list[int], learning: bool = True, window_slots: int = 200, salt: int = 0) -> None:
         self.cfg, self.net, self.sink = cfg, net, sink
         self.slots_per_update, self.learning = slots_per_update, learning
         settings = LocalSettings(twin="observed", own_cluster=False)
-        self.step = CounterfactualStep(cfg, [0], seed, streams, settings)
+        self.step = CounterfactualStep(cfg, [0], seed, streams, settings, salt)
         self.observations = LiveObservations(window_slots)
         self.scheduler: DL2Scheduler | None = None
         self.version = -1
@@ -118,9 +123,12 @@ class LiveShapeLearner:
             self.step.take(weights)
             push = self.step.compute(version)
             self._result = self.sink.push(push.grad, push.row, version)
-        except Exception:  # a failed push is counted and logged; the slot loop goes on deciding
-            log.exception("live shape learner: push failed")
-            self.errors += 1
+        except Exception as exc:  # a failed push is counted and logged; the slot loop goes on deciding
+            self._push_failed(exc)
+
+    def _push_failed(self, exc: Exception) -> None:
+        log.error("live shape learner: push failed", exc_info=exc)
+        self.errors += 1
 
     def _collect_result(self) -> None:
         if self._thread is None or self._thread.is_alive():

@@ -4,23 +4,34 @@ A ``ray`` member is the live agent of its Ray cluster (:class:`~clusters.ray.age
 named by its live config's ``agent_name``, so ``dl2ray submit`` reaches it as
 usual); a ``k8s`` member is the Kubernetes agent loop
 (:class:`~clusters.agent.loop.Agent` over :class:`~clusters.k8s.backend.KubernetesBackend`)
-in a :data:`K8sMember` actor. Both schedule with a :class:`FederatedLivePolicy`
-behind the guardrail of their cluster config:
+in a :data:`K8sMember` actor. Both schedule, behind the guardrail of their cluster config, with the
+live learner of the federation's architecture (``policy.arch`` of the learner's ``init`` checkpoint,
+else of its config; :meth:`LiveMember.build` picks):
 
-- ``learn``: the :class:`~clusters.a3c.live.LiveLearner` (actions sampled
-  from the global weights, live reward ``Σ_j Δepochs_j / E_j``); every
-  ``steps_per_update`` decision steps the gradient is pushed to the
-  federation's learner (:meth:`~clusters.federation.learner.FederatedPolicyImpl.push_member`:
-  weighted, dropped when staler than the member's bound), and the reply's
-  weights are taken; between batches (no decision step pending) it also pulls
-  every ``pull_interval_s``, so an idle cluster keeps fresh weights and keeps
-  in contact;
+- ``shape`` (the shipped policy): :class:`FederatedLiveShapePolicy`, the
+  :class:`~clusters.a3c.live_shape.LiveShapeLearner` of ``cluster up --learn``: greedy decisions with
+  the global weights; in ``learn`` mode every ``steps_per_update`` slots a background thread fits the
+  observed twin to what the cluster showed and pushes the pseudo-gradient of the counterfactual
+  improvement (the slot loop never waits for it); the reply brings the new weights with every push;
+- ``paper``: :class:`FederatedLivePolicy`, the :class:`~clusters.a3c.live.LiveLearner` (in ``learn``
+  mode actions sampled from the global weights, live reward ``Σ_j Δepochs_j / E_j``, the actor-critic
+  gradient of every ``steps_per_update`` decision steps).
+
+By mode (both architectures):
+
+- ``learn``: pushes go to the federation's learner
+  (:meth:`~clusters.federation.learner.FederatedPolicyImpl.push_member`:
+  checked, weighted, dropped when staler than the member's bound), and the reply's
+  weights are taken; while no push is pending (paper: no decision step of the batch being collected;
+  shape: no push being computed) it also pulls every ``pull_interval_s``, so an idle cluster keeps
+  fresh weights and keeps in contact;
 - ``shadow``: greedy decisions with the global weights, recorded beside the
   fallback's, which is applied (the decision log is the report:
   ``dl2ray cluster report --log-dir``); weights pulled every ``pull_interval_s``;
 - ``serve-only``: greedy decisions, applied; weights pulled, nothing pushed.
 
-The learner is reached through a :class:`~clusters.federation.links.Link` (an
+Either takes the learner's weights (join) before its first decision. The learner is reached through
+a :class:`~clusters.federation.links.Link` (an
 actor link in the learner's Ray, HTTP with the shared token elsewhere). A member
 that cannot reach it keeps deciding with the weights it has (counted in
 ``errors``; the next contact rejoins and takes fresh weights); one that never
@@ -29,7 +40,8 @@ push that fails loses that batch of experience, never a slot. Live members have
 no simulated validation traces: the learner's ``val_jct``/``drf_jct`` stay empty
 for them.
 
-Random streams: action sampling ``[seed, 1, member index, incarnation]``
+Random streams: paper, action sampling ``[seed, 1, member index, incarnation]``; shape, tried jobs
+and rows ``[seed, 1, member index, incarnation]`` and the twin's draws salted with the member index
 (incarnation: 1 after a Ray restart of the agent); initial networks from ``seed``
 (replaced by the learner's weights before the first decision).
 """
@@ -40,6 +52,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,11 +61,13 @@ import ray
 import torch
 
 from clusters.a3c.live import LiveLearner
+from clusters.a3c.live_shape import LiveShapeLearner
+from clusters.a3c.weights import fresh_networks
 from clusters.agent.loop import Agent
 from clusters.federation.links import LinkDown
 from clusters.federation.members import MemberCounters, MemberSpec
 from clusters.k8s.config import K8sConfig
-from clusters.ray.agent import launch_agent
+from clusters.ray.agent import LearningPolicy, launch_agent
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn.records import UpdateRecord
@@ -84,20 +99,28 @@ class LiveMember:
     def shadow(self) -> bool:
         return self.spec.mode == "shadow"
 
-    def build(self, exp: ExperimentConfig, incarnation: int) -> FederatedLivePolicy:
+    def build(self, exp: ExperimentConfig, incarnation: int) -> LearningPolicy:
         """The policy source of the member's agent (:class:`~clusters.ray.agent.PolicySource`): the
-        federation's policy for the member's experiment (``exp``, the cluster config's, is not used)."""
-        return FederatedLivePolicy(self.cfg, self.spec, self.link, incarnation)
+        federation's policy for the member's experiment (``exp``, the cluster config's, is not used), of
+        the federation's architecture (``cfg.policy.arch``: the learner's ``init`` checkpoint's, by
+        :func:`~clusters.a3c.weights.with_hidden_of`, else its config's)."""
+        cls = FederatedLiveShapePolicy if self.cfg.policy.arch == "shape" else FederatedLivePolicy
+        return cls(self.cfg, self.spec, self.link, incarnation)
 
     def describe(self) -> dict[str, Any]:
         return {"federation": self.federation, "member": self.spec.name}
 
 
 class MemberSink:
-    """A live member's side of the federation protocol (join, push with version and boot, pull), counted."""
+    """A live member's side of the federation protocol (join, push with version and boot, pull), counted.
 
-    def __init__(self, link: Any, spec: MemberSpec) -> None:
+    ``pull_every``: weights come back with every n-th push (default: the learning settings'
+    ``pull_every``; the shape policy's member takes them with every push, as a simulated one does).
+    """
+
+    def __init__(self, link: Any, spec: MemberSpec, pull_every: int | None = None) -> None:
         self.link, self.spec = link, spec
+        self.pull_every = pull_every or spec.pull_every
         self.c = MemberCounters()
         self.rejoin = False  # the learner was unreachable: join again (fresh weights) at the next contact
         self._lock = threading.Lock()
@@ -114,7 +137,7 @@ class MemberSink:
     def push(self, flat_grad: np.ndarray, row: UpdateRecord, version: int) -> tuple[int, np.ndarray | None]:
         """One gradient on the weights of update ``version``; ``(updates, weights or None)``. A push that
         cannot reach the learner is dropped (counted), and the member rejoins at its next contact."""
-        pull = (self.c.pushed + 1) % self.spec.pull_every == 0
+        pull = (self.c.pushed + 1) % self.pull_every == 0
         try:
             r = self.link.push(self.spec.name, flat_grad, row, version, self.c.boot, pull)
         except LinkDown as exc:
@@ -128,8 +151,10 @@ class MemberSink:
                 self.c.accepted += 1
             elif verdict == "stale":
                 self.c.stale += 1
-            else:
+            elif verdict == "rewound":
                 self.c.rewound += 1
+            else:  # refused by the learner's checks (shape, nan, norm)
+                self.c.refused += 1
         self._seen(r)
         return int(r["updates"]), r.get("weights")
 
@@ -141,9 +166,10 @@ class MemberSink:
         self._seen(r)
         return int(r["updates"]), r.get("weights")
 
-    def error(self, exc: BaseException) -> None:
+    def error(self, exc: BaseException, rejoin: bool = True) -> None:
+        """Count a failure (``rejoin``: of the link: take fresh weights at the next contact)."""
         log.warning("member %s: %s", self.spec.name, exc)
-        self.rejoin = True
+        self.rejoin = self.rejoin or rejoin
         with self._lock:
             self.c.errors += 1
             self.c.last_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -161,38 +187,42 @@ class MemberSink:
             return dataclasses.asdict(self.c)
 
 
-class FederatedLivePolicy(LiveLearner):
-    """The federation's policy as a live cluster's scheduler (module docstring)."""
+class _Member:
+    """What a federated live policy adds to its architecture's live learner (mixed in before it): the
+    member's contact with the learner and its counts (module docstring).
 
-    def __init__(self, cfg: ExperimentConfig, spec: MemberSpec, link: Any, incarnation: int = 0) -> None:
-        torch.set_num_threads(spec.threads)
-        enc = Encoding.from_config(cfg)
-        policy, value = build_networks(enc, cfg.policy.hidden, spec.seed)
-        super().__init__(cfg, enc, policy, value, MemberSink(link, spec),
-                         spec.steps_per_update or cfg.policy.minibatch,
-                         np.random.default_rng([spec.seed, 1, spec.index, incarnation]),
-                         learning=spec.mode == "learn")
-        self.spec = spec
+    The learner underneath has ``version`` (-1: no weights yet), ``take(updates, weights)``, ``decide``
+    and ``stats``; :meth:`_pending` says whether experience computed on the weights in use
+    is still on its way to a push (no pull then: a push must go out on the weights it was computed on).
+    """
+
+    version: int
+    take: Callable[[int, np.ndarray], None]
+
+    def _join_federation(self, spec: MemberSpec, sink: MemberSink) -> None:
+        self.spec, self.contact = spec, sink
         self.name = f"federation-{spec.mode}"
         self.decided = 0  # slots decided with the federation's weights
         self._last_pull = time.monotonic()
 
     def decide(self, view: ClusterView) -> Allocation:
         self._refresh()
-        alloc = super().decide(view)
+        alloc: Allocation = super().decide(view)  # type: ignore[misc]
         self.decided += 1
         return alloc
 
+    def _pending(self) -> bool:
+        raise NotImplementedError
+
     def _refresh(self) -> None:
-        """Join when there are no weights or the learner was lost; pull when due and no experience is
-        pending (a learning member's batch is computed on the weights that chose its actions)."""
-        sink: MemberSink = self.sink  # type: ignore[assignment]
-        due = time.monotonic() - self._last_pull >= self.spec.pull_interval_s and self._between_batches()
-        if self.numpy is not None and not sink.rejoin and not due:
+        """Join when there are no weights or the learner was lost; pull when due and nothing is pending."""
+        sink = self.contact
+        due = time.monotonic() - self._last_pull >= self.spec.pull_interval_s and not self._pending()
+        if self.version >= 0 and not sink.rejoin and not due:
             return
         self._last_pull = time.monotonic()
         try:
-            if self.numpy is None or sink.rejoin:
+            if self.version < 0 or sink.rejoin:
                 self.take(*sink.fetch())
             else:
                 updates, weights = sink.pull(self.version)
@@ -200,22 +230,58 @@ class FederatedLivePolicy(LiveLearner):
                     self.take(updates, weights)
         except LinkDown as exc:
             sink.error(exc)
-            if self.numpy is None:
+            if self.version < 0:
                 raise  # no weights yet: the guardrail's fallback decides this slot
-
-    def _between_batches(self) -> bool:
-        if not self.learning:
-            return True
-        return not any(r.steps for r in self.records) and (self._prev is None or not self._prev[1].steps)
 
     def stats(self) -> dict[str, Any]:
         """The learner's counts (``version``: global update of the weights in use; ``slots``: slots of
         experience), the link's (joins; ``pushed``: pushes the learner answered, and their verdicts; pulls,
         errors) and ``decided``."""
-        sink: MemberSink = self.sink  # type: ignore[assignment]
-        link = {k: v for k, v in sink.counters().items() if k not in ("version", "slots", "validations")}
-        return {"member": self.spec.name, "mode": self.spec.mode, "decided": self.decided,
-                **super().stats(), **link}
+        own: dict[str, Any] = super().stats()  # type: ignore[misc]
+        link = {k: v for k, v in self.contact.counters().items()
+                if k not in ("version", "slots", "validations")}
+        return {"member": self.spec.name, "mode": self.spec.mode, "decided": self.decided, **own, **link}
+
+
+class FederatedLivePolicy(_Member, LiveLearner):
+    """The federation's paper-architecture policy as a live cluster's scheduler (module docstring)."""
+
+    def __init__(self, cfg: ExperimentConfig, spec: MemberSpec, link: Any, incarnation: int = 0) -> None:
+        torch.set_num_threads(spec.threads)
+        enc = Encoding.from_config(cfg)
+        policy, value = build_networks(enc, cfg.policy.hidden, spec.seed)
+        sink = MemberSink(link, spec)
+        super().__init__(cfg, enc, policy, value, sink, spec.steps_per_update or cfg.policy.minibatch,
+                         np.random.default_rng([spec.seed, 1, spec.index, incarnation]),
+                         learning=spec.mode == "learn")
+        self._join_federation(spec, sink)
+
+    def _pending(self) -> bool:
+        """Steps of the batch being collected (their gradient needs the weights that chose them)."""
+        if not self.learning:
+            return False
+        return any(r.steps for r in self.records) or (self._prev is not None and bool(self._prev[1].steps))
+
+
+class FederatedLiveShapePolicy(_Member, LiveShapeLearner):
+    """The federation's shape policy as a live cluster's scheduler (module docstring): the
+    :class:`~clusters.a3c.live_shape.LiveShapeLearner` pushing through the member's link."""
+
+    def __init__(self, cfg: ExperimentConfig, spec: MemberSpec, link: Any, incarnation: int = 0) -> None:
+        torch.set_num_threads(spec.threads)
+        net, _ = fresh_networks(cfg, spec.seed)
+        sink = MemberSink(link, spec, pull_every=1)
+        super().__init__(cfg, net, sink, spec.steps_per_update or cfg.policy.minibatch, spec.seed,
+                         [spec.index, incarnation], learning=spec.mode == "learn", salt=spec.index)
+        self._join_federation(spec, sink)
+
+    def _pending(self) -> bool:
+        """A push being computed (it goes out on its snapshot's version; the link is not shared with it)."""
+        return self._thread is not None
+
+    def _push_failed(self, exc: Exception) -> None:
+        super()._push_failed(exc)
+        self.contact.error(exc, rejoin=False)  # the member's errors count it too; the link is fine
 
 
 # -- the Kubernetes member's actor ------------------------------------------------------------------------

@@ -56,13 +56,14 @@ class _Down:
 
 
 def _policy(learner, mode, link=None, **spec):  # noqa: F811
-    """Member a's FederatedLivePolicy in ``mode`` over ``link`` (default: straight to the plain learner)."""
-    from clusters.federation.live import FederatedLivePolicy
+    """Member a's live policy (of the learner's architecture, as its agent builds it) in ``mode`` over
+    ``link`` (default: straight to the plain learner)."""
+    from clusters.federation.live import LiveMember
     from clusters.federation.members import MemberSpec
 
     gp, _, cfg = learner
     fed_spec = MemberSpec("a", 0, mode, [0], [1_000_000], 5, spec.pop("pull_interval_s", 60.0), 0, **spec)
-    return FederatedLivePolicy(cfg, fed_spec, link or _Direct(gp)), gp, cfg
+    return LiveMember("t", cfg, fed_spec, link or _Direct(gp)).build(cfg, 0), gp, cfg
 
 
 def _run(policy, cfg, slots: int, seed: int = 7):
