@@ -42,11 +42,16 @@ Seeding: ``reset(options={"trace_seed": s})`` runs trace ``s`` (any seed, e.g.
 a test seed); otherwise ``reset(seed=s)`` seeds ``np_random``, which draws the
 trace among ``trace_seeds`` (default: the first 100 training seeds). The
 simulator is deterministic given the trace seed. Imports gymnasium, never Ray.
+
+The settings, trace choice and slot reward are shared with the shape policy's
+environment (:mod:`dl2ray.shape_env`): :func:`episode_settings`,
+:func:`start_trace`, :func:`step_slot`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -54,6 +59,7 @@ import numpy as np
 from gymnasium import spaces
 
 from dl2ray import seeds as seedsets
+from dl2ray.allocation import Allocation
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.metrics import summarize_run
 from dl2ray.policy.encoding import Encoding, SlotState
@@ -61,6 +67,70 @@ from dl2ray.sim import Simulator
 
 REWARDS = ("paper", "jct", "avg_jct")
 """The reward options (see the module docstring); ``"paper"`` is the default."""
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """What every environment of this project reads from ``env_config`` and keywords (:class:`DL2Env`)."""
+
+    cfg: ExperimentConfig
+    trace_seeds: list[int]  # traces reset() draws from
+    reward: str  # one of REWARDS
+    max_slots: int  # the episode's cut-off, slots (at most sim.max_slots)
+
+    def simulator(self) -> Simulator:
+        """The training world's simulator (``policy.train_world``: the truth, or the operator's profile)."""
+        from dl2ray.experiments import build_simulator
+
+        return build_simulator(self.cfg, world=self.cfg.policy.train_world)
+
+
+def episode_settings(env_config: Mapping[str, Any] | None, cfg: ExperimentConfig | str | None,
+                     trace_seeds: Sequence[int] | None, reward: str | None, max_slots: int | None
+                     ) -> EpisodeSettings:
+    """Keywords win over ``env_config``; a ValueError names a bad field."""
+    opts = dict(env_config or {})
+    cfg = cfg or opts.get("cfg")
+    if not isinstance(cfg, ExperimentConfig):
+        cfg = load_config(cfg)
+    seeds = list(trace_seeds or opts.get("trace_seeds") or seedsets.training(100))
+    kind = reward or opts.get("reward") or "paper"
+    if kind not in REWARDS:
+        raise ValueError(f"reward: {kind!r}; known: {list(REWARDS)}")
+    cutoff = max_slots if max_slots is not None else opts.get("max_slots")
+    if cutoff is not None and int(cutoff) < 1:
+        raise ValueError(f"max_slots: {cutoff}: must be at least 1")
+    limit = min(int(cutoff), cfg.sim.max_slots) if cutoff is not None else cfg.sim.max_slots
+    return EpisodeSettings(cfg, seeds, kind, limit)
+
+
+def start_trace(start: Callable[[int], bool], trace_seeds: Sequence[int], rng: np.random.Generator,
+                options: Mapping[str, Any] | None) -> None:
+    """Start an episode: ``options["trace_seed"]`` if given, else traces drawn among ``trace_seeds`` with
+    ``rng`` until ``start(trace_seed)`` (False: the run ended before any decision) finds a decision."""
+    chosen = (options or {}).get("trace_seed")
+    if chosen is not None:
+        if start(int(chosen)):
+            return
+        raise ValueError(f"trace {chosen}: no decision to make (every slot stepped by itself)")
+    for _ in range(len(trace_seeds)):
+        if start(int(trace_seeds[int(rng.integers(len(trace_seeds)))])):
+            return
+    raise RuntimeError("no trace among trace_seeds has a decision to make")
+
+
+def step_slot(sim: Simulator, allocation: Allocation, reward: str) -> float:
+    """Step ``sim`` one slot with ``allocation``; that slot's reward of kind ``reward`` (module docstring)."""
+    t, present = sim.slot, list(sim.jobs)
+    res = sim.step(allocation)
+    if reward == "paper":
+        return float(res.reward)
+    end = sim.result.end_time
+    # Time each job present during slot t spent in the cluster: until t+1, or until it finished.
+    held = sum(min(end.get(j, t + 1.0), t + 1.0) - t for j in present)
+    if reward == "avg_jct":
+        held /= max(len(sim.result.arrival), 1)
+    return -float(held)
 
 
 class DL2Env(gym.Env):
@@ -78,23 +148,11 @@ class DL2Env(gym.Env):
     def __init__(self, env_config: Mapping[str, Any] | None = None, *, cfg: ExperimentConfig | None = None,
                  trace_seeds: Sequence[int] | None = None, reward: str | None = None,
                  max_slots: int | None = None) -> None:
-        from dl2ray.experiments import build_simulator
-
-        opts = dict(env_config or {})
-        cfg = cfg or opts.get("cfg")
-        if not isinstance(cfg, ExperimentConfig):
-            cfg = load_config(cfg)
-        self.cfg = cfg
-        self.trace_seeds = list(trace_seeds or opts.get("trace_seeds") or seedsets.training(100))
-        self.reward_kind = reward or opts.get("reward") or "paper"
-        if self.reward_kind not in REWARDS:
-            raise ValueError(f"reward: {self.reward_kind!r}; known: {list(REWARDS)}")
-        cutoff = max_slots if max_slots is not None else opts.get("max_slots")
-        if cutoff is not None and int(cutoff) < 1:
-            raise ValueError(f"max_slots: {cutoff}: must be at least 1")
-        self.max_slots = min(int(cutoff), cfg.sim.max_slots) if cutoff is not None else cfg.sim.max_slots
-        self.enc = Encoding.from_config(cfg)
-        self.sim: Simulator = build_simulator(cfg, world=cfg.policy.train_world)
+        s = episode_settings(env_config, cfg, trace_seeds, reward, max_slots)
+        self.cfg, self.trace_seeds, self.reward_kind = s.cfg, s.trace_seeds, s.reward
+        self.max_slots = s.max_slots
+        self.enc = Encoding.from_config(s.cfg)
+        self.sim = s.simulator()
         self.observation_space = spaces.Dict({
             "observations": spaces.Box(0.0, 1.0, (self.enc.state_dim,), np.float32),
             "action_mask": spaces.Box(0.0, 1.0, (self.enc.action_dim,), np.float32),
@@ -110,15 +168,8 @@ class DL2Env(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """``options={"trace_seed": s}`` runs trace ``s``; otherwise a trace drawn among ``trace_seeds``."""
         super().reset(seed=seed)
-        chosen = (options or {}).get("trace_seed")
-        if chosen is not None:
-            if self._start(int(chosen)):
-                return self._obs(), self._info()
-            raise ValueError(f"trace {chosen}: no decision to make (every slot stepped by itself)")
-        for _ in range(len(self.trace_seeds)):
-            if self._start(int(self.trace_seeds[int(self.np_random.integers(len(self.trace_seeds)))])):
-                return self._obs(), self._info()
-        raise RuntimeError("no trace among trace_seeds has a decision to make")
+        start_trace(self._start, self.trace_seeds, self.np_random, options)
+        return self._obs(), self._info()
 
     def step(self, action):
         if self._slot is None:
@@ -175,16 +226,7 @@ class DL2Env(gym.Env):
 
     def _step_slot(self, slot: SlotState) -> float:
         """Step the simulator one slot with ``slot``'s allocation; that slot's reward."""
-        t, present = self.sim.slot, list(self.sim.jobs)
-        res = self.sim.step(slot.allocation())
-        if self.reward_kind == "paper":
-            return float(res.reward)
-        end = self.sim.result.end_time
-        # Time each job present during slot t spent in the cluster: until t+1, or until it finished.
-        held = sum(min(end.get(j, t + 1.0), t + 1.0) - t for j in present)
-        if self.reward_kind == "avg_jct":
-            held /= max(len(self.sim.result.arrival), 1)
-        return -float(held)
+        return step_slot(self.sim, slot.allocation(), self.reward_kind)
 
     def _obs(self) -> dict[str, np.ndarray]:
         assert self._slot is not None

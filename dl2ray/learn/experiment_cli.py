@@ -367,22 +367,27 @@ def rllib(
     config: ConfigOpt = None,
     seed: SeedOpt = 0,
     warm_start: Annotated[Path | None, typer.Option(
-        help="start from this SL checkpoint (policy and value weights), as `train rl --init`")] = None,
+        help="start from this checkpoint, as `train rl --init` (paper: policy and value weights; shape: "
+             "the shape network); its architecture, else the config's policy.arch, picks the module")] = None,
     iterations: Annotated[int | None, typer.Option(
         help="stop after this many iterations, even before --minutes")] = None,
     traces: TracesOpt = 100,
     val_traces: ValTracesOpt = 3,
     val_every: Annotated[int, typer.Option(help="iterations between validations")] = 2,
     reward: Annotated[str, typer.Option(
-        help="DL2Env reward for training: paper, jct or avg_jct")] = "avg_jct",
+        help="the environment's reward for training: paper, jct or avg_jct")] = "avg_jct",
     max_slots: Annotated[int | None, typer.Option(
         help="cut training episodes off after this many slots (validation runs to sim.max_slots)")] = 400,
     algo_opt: Annotated[list[str] | None, typer.Option(
         "--algo-opt", help="algorithm option KEY=VALUE (repeatable, JSON values), e.g. lr=3e-4")] = None,
+    max_jobs: Annotated[int | None, typer.Option(
+        help="shape architecture: job rows the environment shows (later jobs wait; default policy.window)")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """An RLlib algorithm on DL2Env with action masking: validated like `train rl`, best policy exported
-    to OUT/policy.pt for `dl2ray compare --schedulers rllib:OUT`, every Ray process it started stopped."""
+    """An RLlib algorithm on DL2Env (paper) or ShapeEnv (shape) with action masking: validated like
+    `train rl`, best policy exported to OUT/policy.pt for `dl2ray compare --schedulers rllib:OUT`, every Ray
+    process it started stopped."""
     from dl2ray.env import REWARDS
     from dl2ray.learn.rllib_train import RLlibRun, algorithm_refusal
 
@@ -394,7 +399,7 @@ def rllib(
     if not minutes > 0:
         raise UserError(f"--minutes: must be positive (got {minutes})")
     for opt, v in (("--traces", traces), ("--val-traces", val_traces), ("--val-every", val_every),
-                   ("--iterations", iterations), ("--max-slots", max_slots)):
+                   ("--iterations", iterations), ("--max-slots", max_slots), ("--max-jobs", max_jobs)):
         if v is not None:
             _at_least(opt, v)
     if reward not in REWARDS:
@@ -402,7 +407,7 @@ def rllib(
     if warm_start is not None:
         _checkpoint("--warm-start", warm_start, cfg)
     run = RLlibRun(algo, minutes, iterations, seed, None if warm_start is None else str(warm_start.resolve()),
-                   traces, val_traces, val_every, reward, max_slots, _algo_options(algo_opt))
+                   traces, val_traces, val_every, reward, max_slots, _algo_options(algo_opt), max_jobs)
     from dl2ray.learn.rllib_train import algorithm_config
 
     try:  # RLlib's own checks of the settings (no Ray needed), before Ray starts
@@ -412,7 +417,7 @@ def rllib(
     out = _out_dir(out)
     result, session = _run_rllib(cfg, run, out)
     best = result.best
-    doc = {"out": str(out), "policy": str(out / "policy.pt"), "algo": algo, "seed": seed,
+    doc = {"out": str(out), "policy": str(out / "policy.pt"), "algo": algo, "arch": result.arch, "seed": seed,
            "init": run.init, "iterations": len(result.history), "build_seconds": result.build_seconds,
            "seconds": result.seconds, "initial_val_avg_jct": result.validation[0].avg_jct,
            "best_val_avg_jct": best.avg_jct if best else None,
@@ -464,7 +469,7 @@ def _run_rllib(cfg: ExperimentConfig, run, out: Path):
         ctx = _start_ray(ray)
         session = ctx.address_info.get("session_dir")
         try:
-            with _err.status(f"{run.algo} on DL2Env", spinner="dots") if _err.is_terminal else nullcontext():
+            with _err.status(f"{run.algo} training", spinner="dots") if _err.is_terminal else nullcontext():
                 result = train_rllib(cfg, run, out, _rllib_progress, {"ray_session_dir": session})
         except KeyboardInterrupt:
             _err.print(f"interrupted; the best policy so far is in {out}; stopping Ray", highlight=False)

@@ -1,4 +1,4 @@
-"""An RLlib algorithm (new API stack) trained on :class:`dl2ray.env.DL2Env`, selected like our trainer.
+"""An RLlib algorithm (new API stack) on DL2Env or ShapeEnv (by architecture), selected like our trainer.
 
 Algorithms (``run.algo``, :data:`ALGOS`): ``ppo``, ``appo`` and ``impala``, RLlib's
 on-policy actor-critics; the others RLlib 2.60 has are refused with the reason
@@ -7,11 +7,18 @@ on-policy actor-critics; the others RLlib 2.60 has are refused with the reason
 One run (:func:`train_rllib`), until ``minutes`` of wall time (training and
 validation; the algorithm's build is reported apart) or ``iterations``:
 
-1. ``algo.train()``: RLlib samples DL2Env episodes (reward ``run.reward``,
-   training traces cut off at ``run.max_slots`` slots) with
-   :class:`~dl2ray.learn.rllib_module.DL2TorchRLModule` (APPO:
-   :class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`), the masked DL2
-   policy/value networks, and updates them (one local learner, sampling in this
+Architecture (:func:`run_arch`): the ``init`` checkpoint's, else the config's
+``policy.arch``. ``paper``: :class:`dl2ray.env.DL2Env` and
+:class:`~dl2ray.learn.rllib_module.DL2TorchRLModule` (APPO:
+:class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`), the masked DL2
+policy/value networks; ``shape``: :class:`dl2ray.shape_env.ShapeEnv` (``run.max_jobs``
+job rows) and :class:`~dl2ray.learn.rllib_shape_module.ShapeTorchRLModule` (APPO:
+:class:`~dl2ray.learn.rllib_shape_module.ShapeAPPOTorchRLModule`), the shape
+network with per-job menu masks and a value head of its own.
+
+1. ``algo.train()``: RLlib samples episodes of the architecture's environment
+   (reward ``run.reward``, training traces cut off at ``run.max_slots`` slots)
+   with its module and updates it (one local learner, sampling in this
    process: ``num_env_runners=0``, so no worker processes beyond Ray's own).
    IMPALA and APPO update in a thread of the learner and send the sampler the
    learner's weights after each update, so their sampler runs at most one update
@@ -23,7 +30,8 @@ validation; the algorithm's build is reported apart) or ``iterations``:
    validated is the sampler's (``algo.get_module()``), a copy the learner's thread
    never writes to while it is read.
 3. A better validation JCT exports that policy (:mod:`dl2ray.learn.rllib_export`,
-   ``OUT/policy.pt``: what ``rllib:OUT`` runs) and saves the whole algorithm
+   ``OUT/policy.pt`` in the architecture's checkpoint format: what ``rllib:OUT``
+   and ``dl2:OUT/policy.pt`` run) and saves the whole algorithm
    (``OUT/rllib/``, ``Algorithm.save_to_path``; RLlib users restore it with
    ``Algorithm.from_checkpoint`` or the learner's module with ``RLModule.from_checkpoint``
    on ``OUT/rllib/learner_group/learner/rl_module/default_policy``: for PPO the
@@ -36,7 +44,9 @@ root, does it and shuts it down); nothing here calls ``ray.init`` or
 ``ray.shutdown``.
 
 Random streams: the module's initialisation from ``seed``
-(:func:`~dl2ray.policy.network.build_networks`, unless ``init``), RLlib's own
+(:func:`~dl2ray.policy.network.build_networks` or
+:func:`~dl2ray.policy.shape_net.build_shape_policy` unless ``init``; the shape
+module's value head always), RLlib's own
 (sampling, minibatch shuffling) from ``config.debugging(seed=seed)``, and the
 training traces drawn by each env's ``np_random``, which RLlib seeds from ``seed``.
 APPO's circular buffer picks its batches with an unseeded generator of RLlib's
@@ -120,6 +130,7 @@ class RLlibRun:
     reward: str = "avg_jct"  # DL2Env reward option for training
     max_slots: int | None = 400  # training episodes' cut-off (slots); validation runs to sim.max_slots
     options: dict[str, Any] = field(default_factory=dict)  # algorithm config overrides
+    max_jobs: int | None = None  # shape architecture: job rows of ShapeEnv (None: policy.window)
 
 
 @dataclass
@@ -154,10 +165,20 @@ class RLlibResult:
     validation: list[Validation] = field(default_factory=list)
     interrupted: bool = False
     notes: dict[str, Any] = field(default_factory=dict)  # the caller's, copied into run.json
+    arch: str = "paper"  # run_arch: the architecture trained and exported
 
     @property
     def best(self) -> Validation | None:
         return min(self.validation, key=lambda v: v.avg_jct) if self.validation else None
+
+
+def run_arch(cfg: ExperimentConfig, run: RLlibRun) -> str:
+    """``"paper"`` or ``"shape"``: the ``init`` checkpoint's architecture, else ``policy.arch``."""
+    if run.init is None:
+        return cfg.policy.arch
+    from dl2ray.policy.shape_net import checkpoint_arch
+
+    return checkpoint_arch(run.init)
 
 
 def algorithm_config(cfg: ExperimentConfig, run: RLlibRun):
@@ -174,10 +195,6 @@ def algorithm_config(cfg: ExperimentConfig, run: RLlibRun):
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from dl2ray.env import DL2Env
-    from dl2ray.learn.rllib_module import DL2APPOTorchRLModule, DL2TorchRLModule, module_config
-    from dl2ray.policy.encoding import Encoding
-
     refusal = algorithm_refusal(run.algo)
     if refusal is not None:
         raise ValueError(refusal)
@@ -188,13 +205,11 @@ def algorithm_config(cfg: ExperimentConfig, run: RLlibRun):
         raise ValueError(f"not options of {type(config).__name__}: {unknown}")
     env_config = {"cfg": cfg, "trace_seeds": seedsets.training(run.traces), "reward": run.reward,
                   "max_slots": run.max_slots}
-    module_class = DL2APPOTorchRLModule if run.algo == "appo" else DL2TorchRLModule
-    spec = RLModuleSpec(module_class=module_class,
-                        model_config=module_config(Encoding.from_config(cfg), cfg.policy.hidden, run.seed,
-                                                   run.init))
+    env_class, module_class, model_config = _arch_parts(cfg, run, env_config)
+    spec = RLModuleSpec(module_class=module_class, model_config=model_config)
     config = (
         config.api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
-        .environment(DL2Env, env_config=env_config)
+        .environment(env_class, env_config=env_config)
         .learners(num_learners=0)
         .training(**training)
         .rl_module(rl_module_spec=spec)
@@ -206,8 +221,36 @@ def algorithm_config(cfg: ExperimentConfig, run: RLlibRun):
     return config.env_runners(num_env_runners=0).reporting(min_time_s_per_iteration=1)
 
 
+def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]):
+    """``(env class, module class, model_config)`` of the run's architecture; adds the shape env's keys to
+    ``env_config``."""
+    appo = run.algo == "appo"
+    if run_arch(cfg, run) == "shape":
+        from dl2ray.knowledge import operator_config
+        from dl2ray.learn.rllib_shape_module import (
+            ShapeAPPOTorchRLModule,
+            ShapeTorchRLModule,
+            shape_module_config,
+        )
+        from dl2ray.policy.shape import ShapeEncoding
+        from dl2ray.shape_env import ShapeEnv
+
+        max_jobs = run.max_jobs if run.max_jobs is not None else cfg.policy.window
+        env_config["max_jobs"] = max_jobs
+        s = cfg.policy.shape
+        enc = ShapeEncoding.from_config(operator_config(cfg))
+        return (ShapeEnv, ShapeAPPOTorchRLModule if appo else ShapeTorchRLModule,
+                shape_module_config(enc, s.embed, s.head, max_jobs, run.seed, run.init))
+    from dl2ray.env import DL2Env
+    from dl2ray.learn.rllib_module import DL2APPOTorchRLModule, DL2TorchRLModule, module_config
+    from dl2ray.policy.encoding import Encoding
+
+    return (DL2Env, DL2APPOTorchRLModule if appo else DL2TorchRLModule,
+            module_config(Encoding.from_config(cfg), cfg.policy.hidden, run.seed, run.init))
+
+
 def _log_episode_jct(*, episode, metrics_logger, **_) -> None:
-    """The finished episode's censored average JCT (DL2Env's ``info["metrics"]``) into RLlib's metrics."""
+    """The finished episode's censored average JCT (the env's ``info["metrics"]``) into RLlib's metrics."""
     info = episode.get_infos(-1)
     if "metrics" in info:
         metrics_logger.log_value("censored_avg_jct", info["metrics"]["censored_avg_jct"])
@@ -225,7 +268,8 @@ def train_rllib(cfg: ExperimentConfig, run: RLlibRun, out: Path, progress: Progr
     from dl2ray.learn.rl import heuristic_jct
 
     val_seeds = seedsets.validation(run.val_traces)
-    result = RLlibResult(run, val_seeds, heuristic_jct(cfg, "drf", val_seeds), notes=dict(notes or {}))
+    result = RLlibResult(run, val_seeds, heuristic_jct(cfg, "drf", val_seeds), notes=dict(notes or {}),
+                         arch=run_arch(cfg, run))
     clock = time.perf_counter()
     algo = algorithm_config(cfg, run).build_algo()
     result.build_seconds = time.perf_counter() - clock
@@ -287,9 +331,10 @@ def _validate(cfg: ExperimentConfig, algo, out: Path, result: RLlibResult, it: i
     val = Validation(it, time.perf_counter() - start, avg_jct)
     result.validation.append(val)
     if best is None or val.avg_jct < best.avg_jct:
-        extra = {"kind": "rllib", "algo": result.run.algo, "iteration": it, "seed": result.run.seed,
-                 "init": result.run.init, "val_avg_jct": val.avg_jct, "val_seeds": result.val_seeds}
-        export_policy(out, module.pi, module.vf, cfg.catalogue.names, extra)
+        extra = {"kind": "rllib", "arch": result.arch, "algo": result.run.algo, "iteration": it,
+                 "seed": result.run.seed, "init": result.run.init, "val_avg_jct": val.avg_jct,
+                 "val_seeds": result.val_seeds}
+        export_policy(out, module.pi, module.vf, cfg.catalogue.names, extra)  # in pi's architecture
         algo.save_to_path(str((out / "rllib").resolve()))
     return val
 
@@ -298,7 +343,8 @@ def write_record(path: Path, cfg: ExperimentConfig, result: RLlibResult) -> None
     """``OUT/run.json``: what the module docstring lists (NaN-free: missing values are null)."""
     best = result.best
     doc = {
-        "kind": "rllib", **result.notes, "run": asdict(result.run), "config": cfg.model_dump(mode="json"),
+        "kind": "rllib", **result.notes, "arch": result.arch, "run": asdict(result.run),
+        "config": cfg.model_dump(mode="json"),
         "train_seeds": seedsets.training(result.run.traces), "val_seeds": result.val_seeds,
         "drf_val_avg_jct": result.drf_val_avg_jct, "build_seconds": result.build_seconds,
         "seconds": result.seconds, "iterations": len(result.history), "interrupted": result.interrupted,
