@@ -30,6 +30,11 @@ which *is* a :class:`~dl2ray.sim.Simulator` (same ``reset(seed)`` /
   per server ``1 − (Σ x_i)² / (n · Σ x_i²)`` over the remaining times ``x_i``
   of its ``n`` GPUs (0 for an idle server), averaged over servers and over the
   slots in which any GPU was busy.
+
+The slot loop is the DL2 simulator's (:meth:`~dl2ray.sim.Simulator._progress`); gang mode overrides its
+hooks: the slot's draws (pairwise interference, stream noise, no loss noise), which jobs hold resources
+and train (listed ones, usage from their placement), training without a scale-change cost, the latest
+observation only, and the fragmentation recorded before the slot closes.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import numpy as np
 
 from dl2ray.cluster import make_placer
 from dl2ray.config import ExperimentConfig, InterferenceConfig
-from dl2ray.sim import AllocationError, RunResult, Simulator, _Job
+from dl2ray.sim import AllocationError, RunResult, Simulator, SlotDraws, _Job
 from dl2ray.speed import layout_of, stream_variation
 from dl2ray.view import Allocation, JobPlacement, JobView, Observation, Tasks
 from dl2ray.workload import JobCatalogue, Trace
@@ -237,6 +242,15 @@ class GangRunResult(RunResult):
         }
 
 
+@dataclass(slots=True)
+class GangSlotDraws(SlotDraws):
+    """Gang mode's slot factors, plus ``gpu_left``: per node, the remaining seconds (at this slot's speed)
+    of the unfinished job of each of its busy GPUs — filled while the jobs train, read by the
+    fragmentation index at the end of the slot."""
+
+    gpu_left: list[list[float]] = field(default_factory=list)
+
+
 class GangSimulator(Simulator):
     """The non-preemptive gang-mode simulator (see the module docstring).
 
@@ -354,51 +368,55 @@ class GangSimulator(Simulator):
             return 1.0 / (jt.compute_s * locality_factor(self._beta[job.type_index], servers))
         return self.speed.epochs_per_second(job.type_index, layout_of(pl.worker_nodes, pl.ps_nodes))
 
-    def _progress(self, allocation: Allocation, placement: dict[int, JobPlacement]):
-        slot_s = self.cfg.sim.slot_seconds
+    # the slot loop is the base simulator's (Simulator._progress); gang mode's differences are its hooks
+
+    def _draw_slot(self, ids: list[int], placement: dict[int, JobPlacement]) -> GangSlotDraws:
+        """The hidden pairwise interference of the placed jobs (:func:`pairwise_interference`) and the
+        variation noise, one uniform draw per job from ``self.rng`` (:func:`~dl2ray.speed.stream_variation`);
+        no loss noise."""
         live = {j: pl for j, pl in placement.items() if pl.worker_nodes or pl.ps_nodes}
         types = {j: self.jobs[j].spec.job_type for j in live}
         interference = pairwise_interference(live, types, self.gang.interference)
-        ids = list(self.jobs)
         noise = stream_variation(self.rng, self.cfg.speed.variation, len(ids))
-        used = np.zeros(3)
-        epochs_by_job: dict[int, float] = {}
-        completed: list[int] = []
-        reward = 0.0
-        remaining_by_node: list[list[float]] = [[] for _ in range(len(self.capacity))]
-        for i, job_id in enumerate(ids):
-            job = self.jobs[job_id]
-            t = allocation.tasks.get(job_id, Tasks(0, 0))
-            pl = placement.get(job_id, JobPlacement((), ()))
-            if t == (0, 0):
-                continue
-            used += self._usage(job_id, pl).sum(axis=0)
-            job.workers, job.ps = t.workers, t.ps
-            job.worker_nodes, job.ps_nodes = pl.worker_nodes, pl.ps_nodes
-            if job.first_run_slot is None:
-                job.first_run_slot = self.slot
-                self.result.first_run[job_id] = self.slot
-            job.slots_run += 1
-            rate = self.rate(job, pl) * noise[i] * interference.get(job_id, 1.0)
-            epochs, seconds = rate * slot_s, slot_s
-            remaining = job.spec.true_epochs - job.done
-            if epochs >= remaining - _EPS and rate > 0:
-                seconds, epochs = remaining / rate, remaining
-                job.end_time = self.slot + seconds / slot_s
-                completed.append(job_id)
-            else:
-                left_s = (remaining - epochs) / rate
-                for node in pl.worker_nodes:
-                    if self._worker_demand[job.type_index][1] > 0:
-                        remaining_by_node[node].append(left_s)
-            job.done += epochs
-            epochs_by_job[job_id] = epochs
-            reward += epochs / job.spec.est_epochs
-            # only the latest observation: a gang job runs thousands of slots, and nothing here fits curves
-            job.history = (Observation(self.slot, t.ps, t.workers, epochs, seconds, 0.0),)
-            self._record_event(job_id, t, epochs, seconds, job_id in completed)
-        if any(remaining_by_node):
+        return GangSlotDraws(noise, interference, gpu_left=[[] for _ in range(len(self.capacity))])
+
+    def _deploy(self, job: _Job, t: Tasks, pl: JobPlacement, used: np.ndarray) -> bool:
+        """A job left out (``t == (0, 0)``: it is not running, as validation guarantees) holds nothing and
+        keeps its empty deployment; any other holds its placement's resources (:meth:`_usage`) and trains."""
+        if t == (0, 0):
+            return False
+        used += self._usage(job.spec.job_id, pl).sum(axis=0)
+        job.workers, job.ps = t.workers, t.ps
+        job.worker_nodes, job.ps_nodes = pl.worker_nodes, pl.ps_nodes
+        return True
+
+    def _train_slot(self, job: _Job, before: tuple, t: Tasks, pl: JobPlacement, draws: SlotDraws,
+                    i: int) -> tuple[float, float, float | None]:
+        """The whole slot at :meth:`rate` × variation × interference (a gang job never changes its
+        deployment, so nothing is lost to one). A job that does not finish lists its remaining seconds at
+        this speed once per worker on a GPU in ``draws.gpu_left`` (the fragmentation index's ``x_i``)."""
+        assert isinstance(draws, GangSlotDraws)
+        slot_s = self.cfg.sim.slot_seconds
+        rate = self.rate(job, pl) * draws.variation[i] * draws.interference.get(job.spec.job_id, 1.0)
+        epochs = rate * slot_s
+        remaining = job.spec.true_epochs - job.done
+        if epochs >= remaining - _EPS and rate > 0:
+            seconds = remaining / rate
+            return remaining, seconds, seconds
+        left_s = (remaining - epochs) / rate
+        if self._worker_demand[job.type_index][1] > 0:
+            for node in pl.worker_nodes:
+                draws.gpu_left[node].append(left_s)
+        return epochs, slot_s, None
+
+    def _observe(self, job: _Job, t: Tasks, epochs: float, seconds: float, draws: SlotDraws, i: int) -> None:
+        """Only the latest observation, with no loss: a gang job runs thousands of slots, and nothing here
+        fits curves."""
+        job.history = (Observation(self.slot, t.ps, t.workers, epochs, seconds, 0.0),)
+
+    def _end_slot(self, draws: SlotDraws) -> None:
+        """The slot's fragmentation index, when some GPU is busy past it."""
+        assert isinstance(draws, GangSlotDraws)
+        if any(draws.gpu_left):
             assert isinstance(self.result, GangRunResult)
-            self.result.fragmentation.append(fragmentation_index(remaining_by_node, self._gpus))
-        self._close_slot(used, completed)
-        return epochs_by_job, completed, reward
+            self.result.fragmentation.append(fragmentation_index(draws.gpu_left, self._gpus))

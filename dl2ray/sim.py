@@ -63,6 +63,25 @@ class _Job:
     factors: tuple[float, float] | None = None  # compute and communication time factors (job deviation)
 
 
+_IDLE = Tasks(0, 0)
+_NOWHERE = JobPlacement((), ())
+
+
+@dataclass(slots=True)
+class SlotDraws:
+    """What one slot's training depends on beyond the jobs, fixed before any job trains; arrays are indexed
+    by the job's position in ``Simulator.jobs`` (arrival order), length J.
+
+    ``variation``: shape (J,), speed multipliers; ``interference``: job id → speed multiplier in (0, 1]
+    (a job not listed: 1); ``loss``: shape (J,), relative noise of the reported loss (None: the
+    simulator reports no loss, gang mode).
+    """
+
+    variation: np.ndarray
+    interference: dict[int, float]
+    loss: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class SimSnapshot:
     """A :class:`Simulator`'s mutable state at one moment (see :meth:`Simulator.snapshot`)."""
@@ -358,50 +377,95 @@ class Simulator:
     def _progress(
         self, allocation: Allocation, placement: dict[int, JobPlacement]
     ) -> tuple[dict[int, float], list[int], float]:
+        """Train every job for one slot: ``(epochs per job that trained, completed jobs, reward)``.
+
+        The one slot loop of both simulators. Per job, in arrival order: account its use and record its
+        deployment (:meth:`_deploy`, which says whether it trains), train it (:meth:`_train_slot`), count
+        its slot, finish it inside the slot when its true epochs are reached, add its epochs and reward,
+        keep what it observed (:meth:`_observe`) and log the event; then :meth:`_end_slot` and
+        :meth:`_close_slot`. What differs in gang mode (:class:`dl2ray.gang.GangSimulator`) lives in those
+        hooks and in :meth:`_draw_slot`, which draws the slot's noise before any job trains.
+        """
         slot_s = self.cfg.sim.slot_seconds
-        interference = self._interference(placement)
-        ids = [j for j in self.jobs]
-        noise = variation_factors(self._seed, np.asarray(ids, dtype=np.int64), self.slot,
-                                  self.cfg.speed.variation)
-        loss_noise = self.rng.normal(0.0, self.cfg.sim.loss_noise, size=len(ids))
+        ids = list(self.jobs)
+        draws = self._draw_slot(ids, placement)
         used = np.zeros(3)
         epochs_by_job: dict[int, float] = {}
         completed: list[int] = []
         reward = 0.0
         for i, job_id in enumerate(ids):
             job = self.jobs[job_id]
-            t = allocation.tasks.get(job_id, Tasks(0, 0))
-            pl = placement.get(job_id, JobPlacement((), ()))
-            used += t.workers * self._worker_demand[job.type_index]
-            used += t.ps * self._ps_demand[job.type_index]
+            t = allocation.tasks.get(job_id, _IDLE)
+            pl = placement.get(job_id, _NOWHERE)
             before = (job.workers, job.ps, job.worker_nodes, job.ps_nodes)
-            job.workers, job.ps = t.workers, t.ps
-            job.worker_nodes, job.ps_nodes = pl.worker_nodes, pl.ps_nodes
-            if t.workers == 0 or t.ps == 0:
+            if not self._deploy(job, t, pl, used):
                 continue
-            change = self._change(job, before, t)
+            epochs, seconds, finish = self._train_slot(job, before, t, pl, draws, i)
             if job.first_run_slot is None:
                 job.first_run_slot = self.slot
                 self.result.first_run[job_id] = self.slot
             job.slots_run += 1
-            scale = noise[i] * interference.get(job_id, 1.0)
-            rate = self._rate(job, pl.worker_nodes, pl.ps_nodes) * scale
-            old_rate = self._rate(job, before[2], before[3]) * scale if change.ramp > 0 else 0.0
-            epochs, seconds, finish = _train(slot_s, change, old_rate, rate, job.spec.true_epochs - job.done)
             if finish is not None:
                 job.end_time = self.slot + finish / slot_s
                 completed.append(job_id)
             job.done += epochs
             epochs_by_job[job_id] = epochs
             reward += epochs / job.spec.est_epochs
-            job.history = (
-                *job.history,
-                Observation(self.slot, t.ps, t.workers, epochs, seconds,
-                            self._loss(job) * (1.0 + loss_noise[i])),
-            )
-            self._record_event(job_id, t, epochs, seconds, job_id in completed)
+            self._observe(job, t, epochs, seconds, draws, i)
+            self._record_event(job_id, t, epochs, seconds, finish is not None)
+        self._end_slot(draws)
         self._close_slot(used, completed)
         return epochs_by_job, completed, reward
+
+    # -- the slot loop's hooks (gang mode overrides them) -------------------------------------
+
+    def _draw_slot(self, ids: list[int], placement: dict[int, JobPlacement]) -> SlotDraws:
+        """The slot's factors for jobs ``ids`` (``self.jobs`` in order) under ``placement``: the hashed
+        speed variation (:func:`~dl2ray.speed.variation_factors`), the co-location interference
+        (:meth:`_interference`) and the loss noise, one normal draw per job from ``self.rng``."""
+        interference = self._interference(placement)
+        noise = variation_factors(self._seed, np.asarray(ids, dtype=np.int64), self.slot,
+                                  self.cfg.speed.variation)
+        loss_noise = self.rng.normal(0.0, self.cfg.sim.loss_noise, size=len(ids))
+        return SlotDraws(noise, interference, loss_noise)
+
+    def _deploy(self, job: _Job, t: Tasks, pl: JobPlacement, used: np.ndarray) -> bool:
+        """Add what ``job`` holds this slot to ``used`` (cpu, gpu, mem; in place), record ``t``/``pl`` as its
+        deployment, and say whether it trains: here every job is recorded (0 tasks when left out), its
+        usage is its task counts times the demands, and it trains with at least one worker and one PS."""
+        used += t.workers * self._worker_demand[job.type_index]
+        used += t.ps * self._ps_demand[job.type_index]
+        job.workers, job.ps = t.workers, t.ps
+        job.worker_nodes, job.ps_nodes = pl.worker_nodes, pl.ps_nodes
+        return t.workers > 0 and t.ps > 0
+
+    def _train_slot(self, job: _Job, before: tuple, t: Tasks, pl: JobPlacement, draws: SlotDraws,
+                    i: int) -> tuple[float, float, float | None]:
+        """``(epochs, training seconds, finish)`` of ``job`` (job ``i`` of the slot) trained this slot at
+        ``t``/``pl``; ``finish``: the second of the slot at which it completes, or None. ``before``: its
+        previous ``(workers, ps, worker_nodes, ps_nodes)``; ``job.slots_run`` still counts the slots before
+        this one and ``job.done`` the epochs before it. Here: the speed of :meth:`_rate` times variation
+        and interference, minus the cost of its deployment change (:meth:`_change`, :func:`_train`)."""
+        change = self._change(job, before, t)
+        scale = draws.variation[i] * draws.interference.get(job.spec.job_id, 1.0)
+        rate = self._rate(job, pl.worker_nodes, pl.ps_nodes) * scale
+        old_rate = self._rate(job, before[2], before[3]) * scale if change.ramp > 0 else 0.0
+        return _train(self.cfg.sim.slot_seconds, change, old_rate, rate, job.spec.true_epochs - job.done)
+
+    def _observe(self, job: _Job, t: Tasks, epochs: float, seconds: float, draws: SlotDraws, i: int) -> None:
+        """Keep what ``job`` (job ``i`` of the slot, ``job.done`` already counting this slot's ``epochs``)
+        observed: here its whole history grows by one :class:`~dl2ray.view.Observation` whose loss is
+        :meth:`_loss` times ``1 + draws.loss[i]``."""
+        loss_noise = draws.loss
+        assert loss_noise is not None, "the DL2 simulator draws loss noise every slot"
+        job.history = (
+            *job.history,
+            Observation(self.slot, t.ps, t.workers, epochs, seconds, self._loss(job) * (1.0 + loss_noise[i])),
+        )
+
+    def _end_slot(self, draws: SlotDraws) -> None:
+        """After every job trained, before :meth:`_close_slot`: nothing here (gang mode records its
+        fragmentation)."""
 
     def _record_event(self, job_id: int, t: Tasks, epochs: float, seconds: float, completed: bool) -> None:
         """One job's slot in the event log (:func:`write_events`), when events are recorded."""

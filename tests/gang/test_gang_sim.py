@@ -20,7 +20,7 @@ from dl2ray.gang import (
 )
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import AllocationError
-from dl2ray.view import Allocation, JobPlacement, Tasks
+from dl2ray.view import Allocation, JobPlacement, Observation, Tasks
 
 GANG_SCHEDULERS = ["sif", "dsif", "saf", "lrf", "spf", "fifo-gang"]
 
@@ -92,6 +92,33 @@ def test_ideal_time_and_locality_slowdown(sched2_cfg):
         sim.step(Allocation({0: Tasks(4, 0)}, {0: JobPlacement((0, 0, 1, 1), ())}))
     assert sim.result.jct[0] == pytest.approx(27.0)
     assert sim.result.extra_metrics()["effectiveness"] == pytest.approx(1 / 2.7)
+
+
+def test_fragmentation_per_slot_and_latest_observation_by_hand(sched2_cfg):
+    # 600-s (2 GPUs) and 300-s (1 GPU) transformers on server 0 of 3 (4 GPUs each), 60-s slots: after slot k
+    # server 0 holds x = (a, a, b, 0) with a = 600 - 60(k+1), b = 300 - 60(k+1); b ends in slot 4, a in slot 9
+    # (a finishing job lists no x); the two idle servers count 0
+    sim = _sim(sched2_cfg, [(5, 0, 600.0, 2), (5, 0, 300.0, 1)])
+    sim.reset(0)
+    alloc = Allocation({0: Tasks(2, 0), 1: Tasks(1, 0)},
+                       {0: JobPlacement((0, 0), ()), 1: JobPlacement((0,), ())})
+    batches = 60.0 / sim.catalogue.types[5].compute_s  # one slot of a job that runs alone
+    for slot in range(9):
+        view = sim.step(alloc).view
+        # only the latest observation, no loss
+        assert view.job(0).history == (Observation(slot, 0, 2, pytest.approx(batches), 60.0, 0.0),)
+        if slot == 4:  # job 1 completed
+            alloc = Allocation({0: Tasks(2, 0)}, {0: JobPlacement((0, 0), ())})
+    sim.step(alloc)
+    assert sim.done
+
+    def index(xs):
+        return (1 - sum(xs) ** 2 / (4 * sum(x * x for x in xs))) / 3
+
+    want = [index([600 - 60 * k, 600 - 60 * k, 300 - 60 * k]) for k in range(1, 5)]
+    want += [index([600 - 60 * k, 600 - 60 * k]) for k in range(5, 10)]
+    assert sim.result.fragmentation == pytest.approx(want)
+    assert sim.result.jct == pytest.approx({0: 10.0, 1: 5.0})
 
 
 job_st = st.tuples(
