@@ -177,7 +177,10 @@ def test_ray_member_pushes_live_shape_pseudo_gradients(live_shape_fed):
              lambda: status(path)["members"][0]["updates"] >= 1, poll_s=1)
     m = status(path)["members"][0]
     assert m["refused"] == 0 and m["joins"] == 1
+    # the reply's weights are taken up by the member's next decision (the push runs in a background thread)
+    wait_for("the member deciding with the learner's new weights",
+             lambda: ray.get(agent.status.remote())["learn"]["version"] >= 1, poll_s=1)
     learn = ray.get(agent.status.remote())["learn"]
     assert learn["mode"] == "learn" and learn["accepted"] >= 1 and learn["refused"] == 0
-    assert learn["twin_traces"] >= 1 and learn["version"] >= 1
+    assert learn["twin_traces"] >= 1
     assert down(path)["updates"] >= 1
