@@ -159,19 +159,13 @@ class MemberAgentImpl:
         if self.spec.mode == "learn" and self.c.version >= self.spec.joins_after:
             self._learn_turn()
             due = self.c.pushed % self.spec.val_every == 0
-        elif self.spec.mode == "learn":  # joined, waiting for the federation to reach joins_after updates
-            self._stop.wait(self.spec.pull_interval_s)
-            self._take(self.link.pull(self.spec.name, self.c.version, self.c.boot))
-            with self._lock:
-                self.c.pulls += 1
-            return
-        else:
+        else:  # shadow, serve-only, or a learn member waiting for the federation to reach joins_after
             self._stop.wait(self.spec.pull_interval_s)
             r = self.link.pull(self.spec.name, self.c.version, self.c.boot)
             with self._lock:
                 self.c.pulls += 1
             self._take(r)
-            due = self.c.pulls % self.spec.val_every == 0
+            due = self.spec.mode != "learn" and self.c.pulls % self.spec.val_every == 0
         if due:
             self.validate_and_report()
 

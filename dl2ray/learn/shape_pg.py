@@ -92,9 +92,7 @@ class OnPolicyCollector:
         view = sim.reset(*self.source(self.episodes))
         self.episodes += 1
         out.episodes += 1
-        seen: list[tuple[int, list[int]]] = []  # (slot, job ids) of every slot with a decision
         present: list[tuple[int, list[int]]] = []  # (slot, job ids) of every slot, decided or not
-        start = len(out.slots)
         rewards = []
         while True:
             ids = [j.job_id for j in view.jobs]
@@ -103,7 +101,6 @@ class OnPolicyCollector:
                 x, g = job_features(view, self.enc)
                 d = decide_shapes(view, self.enc, policy.logits(x, g), rng=self.rng)
                 out.slots.append(SlotSample(x, g, d.masks, d.actions))
-                seen.append((view.slot, ids))
                 alloc = d.allocation
             else:
                 alloc = Allocation.empty()
@@ -114,8 +111,8 @@ class OnPolicyCollector:
             view = res.view
         last = float(sim.slot)
         end = {j: min(t, last) for j, t in sim.result.end_time.items()}
+        seen = [(t, ids) for t, ids in present if ids]  # the slots with a decision, in out.slots' order
         out.credit += self._credit(seen, present, end, last)
-        assert len(out.credit) == len(out.slots), start
         return rewards
 
     def _credit(self, seen, present, end: dict[int, float], last: float) -> list[np.ndarray]:
