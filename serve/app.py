@@ -54,6 +54,7 @@ from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.schedulers.base import Scheduler, make_scheduler, scheduler_names
 from serve.convert import ViewError, from_allocation, to_view
+from serve.metrics import RequestTimer, ServeMetrics
 from serve.overload import Admission
 from serve.schemas import DecideRequest, DecideResponse, Health, OverloadInfo, PolicyInfo
 from serve.weights import CheckpointFile, GlobalPolicyPull, PolicyStore
@@ -133,6 +134,7 @@ class DecisionService:
         self.heuristics = servable_heuristics(self.cfg)
         self.store = _store(self.cfg, s)
         self.admission = Admission(s.overload_bound_ms / 1e3, s.retry_after_s)
+        self.metrics = ServeMetrics(self.admission.stats, self._policy_numbers)
         # one decision at a time, off the event loop (admitted); more threads would only share the GIL
         self._decider = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decide")
 
@@ -166,6 +168,7 @@ class DecisionService:
             why = f"{name} cannot decide this view: {type(exc).__name__}: {exc}"
             raise ViewError(("view",), why) from None
         ms = (time.perf_counter() - t0) * 1e3
+        self.metrics.decided(name, ms / 1e3)
         return DecideResponse(allocation=from_allocation(alloc), scheduler=name, policy_version=version,
                               decision_ms=ms)
 
@@ -181,6 +184,17 @@ class DecisionService:
 
     async def healthz(self) -> Health:
         return Health(status="ok", policy_version=self.store.current.version)
+
+    async def prometheus(self) -> Response:
+        """``GET /metrics``: the Prometheus text of this replica (:mod:`serve.metrics`)."""
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(self.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
+
+    def _policy_numbers(self) -> tuple[str, str, int, int]:
+        """The weights served now: version, source, reloads, failed reloads (for the metrics)."""
+        cur = self.store.current
+        return cur.version, cur.source, self.store.reloads, self.store.failures
 
     async def Decide(self, request, grpc_context=None):  # the gRPC method's name
         """The gRPC ``Decider/Decide`` call: a ``decide_pb2.DecideRequest`` → ``decide_pb2.DecideResponse``.
@@ -358,6 +372,7 @@ ENDPOINTS: dict[str, Callable[[FastAPI], Callable]] = {
     "decide": _attach_decide,
     "policy": lambda app: app.get("/v1/policy", response_model=PolicyInfo, summary="The served policy"),
     "healthz": lambda app: app.get("/healthz", response_model=Health, summary="Liveness and policy version"),
+    "prometheus": lambda app: app.get("/metrics", include_in_schema=False),
 }
 
 
@@ -466,6 +481,7 @@ def plain_app(service: DecisionService) -> FastAPI:
     app = fastapi_app(service.settings.max_body_bytes)
     for name, route in ENDPOINTS.items():
         route(app)(decide_route(service) if name == "decide" else getattr(service, name))
+    app.add_middleware(RequestTimer, metrics=service.metrics)  # outermost: 413s and 503s are timed too
     return _with_request_schemas(app)
 
 

@@ -31,9 +31,11 @@ from typing import Any
 
 from clusters.agent.backend import LiveBackend
 from clusters.agent.guard import DecisionLog, GuardedScheduler
+from clusters.agent.metrics import AgentMetrics
 from clusters.agent.settings import AgentConfig
 from dl2ray.config import ExperimentConfig
 from dl2ray.schedulers.base import Scheduler, make_scheduler
+from dl2ray.view import ClusterView
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +46,14 @@ class Agent:
     ``spec``: the scheduler's make_scheduler spec (default: the config's, ``dl2:PATH`` made absolute);
     ``policy``: a scheduler object instead (a learner's or a federation member's; ``spec`` then only
     names it); ``shadow``: decide with it, apply the guardrail's fallback. ``exp``: the experiment the
-    schedulers are built for (default: the one the config names).
+    schedulers are built for (default: the one the config names). ``metrics``: where each slot is counted
+    (:mod:`clusters.agent.metrics`; default: a registry of the agent's own over the backend's jobs).
+    ``last_view`` is the latest snapshot (None before the first), for the dashboard.
     """
 
     def __init__(self, cfg: AgentConfig, backend: LiveBackend, spec: str | None = None,
                  policy: Scheduler | None = None, shadow: bool = False,
-                 exp: ExperimentConfig | None = None) -> None:
+                 exp: ExperimentConfig | None = None, metrics: AgentMetrics | None = None) -> None:
         settings = cfg.agent
         exp = exp or cfg.experiment()
         self.cfg, self.backend = cfg, backend
@@ -66,14 +70,19 @@ class Agent:
         self.loop_ms: list[dict[str, float]] = []  # per slot: view, decide, apply and total milliseconds
         self.slots_done = 0
         self.last_slot = -1
+        self.last_view: ClusterView | None = None
+        self.metrics = metrics or AgentMetrics(lambda: backend.statuses().values())
         self.adopted = backend.adopt()
 
     def step(self) -> dict[str, Any]:
         """One slot: snapshot, decide, apply. Never raises; failures are logged and counted."""
         t0 = time.perf_counter()
         row: dict[str, Any] = {"slot": self.backend.slot_now(), "time": time.time()}
+        decided = len(self.decisions.rows)
+        results: list[bool | None] = []
         try:
             view = self.backend.snapshot()
+            self.last_view = view
             t1 = time.perf_counter()
             alloc = self.scheduler.decide(view)
             t2 = time.perf_counter()
@@ -85,12 +94,15 @@ class Agent:
                        busy=len(report.skipped_busy), errors=";".join(report.errors),
                        events=";".join(a.event() for a in report.actions))
             self.loop_ms.append(timings)
+            results = [a.ok for a in report.actions]
         except Exception as exc:  # the loop must survive any step's failure
             self.errors[type(exc).__name__] += 1
             row["error"] = f"{type(exc).__name__}: {exc}"
             log.error("slot step failed: %s", traceback.format_exc())
         self.slots_done += 1
         self.slots_log.add(row)
+        self.metrics.slot(row, self.decisions.rows[-1] if len(self.decisions.rows) > decided else None,
+                          results, getattr(self.scheduler.policy, "version", None))
         try:
             self.decisions.write()
             self.slots_log.write()

@@ -32,6 +32,15 @@ class Guardrail(FrozenModel):
     time_budget_s: float = Field(default=5.0, gt=0, description="seconds the policy may take per slot")
 
 
+class Dashboard(FrozenModel):
+    """The agent's HTTP server: the operator's dashboard, its JSON and Prometheus metrics
+    (:mod:`clusters.agent.http`)."""
+
+    enabled: bool = Field(default=True, description="serve the dashboard and /metrics")
+    host: str = Field(default="127.0.0.1", description="address to bind (0.0.0.0: every interface)")
+    port: int = Field(default=8266, ge=0, le=65535, description="port; a free one if taken (0: always)")
+
+
 class AgentSettings(FrozenModel):
     """The settings every agent has, whatever its backend."""
 
@@ -39,6 +48,7 @@ class AgentSettings(FrozenModel):
     scheduler: str = Field(default="drf", description="drf, optimus, dl2:PATH, ... (make_scheduler)")
     slot_seconds: float = Field(default=10.0, gt=0, description="slot length in seconds")
     guardrail: Guardrail = Guardrail()
+    dashboard: Dashboard = Dashboard()
     log_dir: str = Field(default="runs/agent", description="decision log (Parquet) and cluster state")
 
 

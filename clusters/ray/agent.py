@@ -2,7 +2,9 @@
 Ray actor, over a :class:`~clusters.ray.backend.RayBackend`.
 
 The loop runs in a thread of the actor; control calls (``submit``, ``cancel``,
-``jobs``, ``status``) are answered concurrently with it. Slot ``k`` starts at
+``jobs``, ``status``) are answered concurrently with it, and so is the agent's HTTP server
+(:mod:`clusters.agent.http`: the dashboard, ``/api/state``, ``/metrics``; its address is
+``dashboard_url`` of ``status()``). Slot ``k`` starts at
 ``epoch + k · slot_seconds`` (``epoch`` is part of the actor's constructor
 arguments, so a restarted agent keeps the same slots).
 
@@ -31,7 +33,10 @@ from typing import Any, Protocol
 
 import ray
 
+from clusters.agent.dashboard import DashboardState, dashboard_state
+from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
+from clusters.agent.views import wait_reasons
 from clusters.ray.backend import RayBackend, list_hosts
 from clusters.ray.config import LiveConfig
 from clusters.runtime import NAMESPACE, actor_class, incarnation
@@ -83,6 +88,9 @@ class LiveAgentImpl:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.agent.run, args=(self._stop,), name="control-loop",
                                         daemon=True)
+        board = live.dashboard
+        app = make_app(self.dashboard, self.agent.metrics.scrape, f"dl2ray agent {live.agent_name}")
+        self.http = AgentHttp(app, board.host, board.port) if board.enabled else None
         if run_loop:
             self._thread.start()
 
@@ -101,7 +109,13 @@ class LiveAgentImpl:
         return {"ok": True, "job": st}
 
     def jobs(self) -> list[dict[str, Any]]:
-        return sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
+        """Every job's status, in submission order, with its ``queue_position`` and ``wait_reason``
+        (:func:`~clusters.agent.views.wait_reasons` against the latest view's free capacity)."""
+        rows = sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
+        view = self.agent.last_view
+        waits = wait_reasons(rows, view.free if view is not None else None)
+        return [{**st, "queue_position": waits[st["name"]].position, "wait_reason": waits[st["name"]].reason}
+                for st in rows]
 
     def job(self, name: str) -> dict[str, Any] | None:
         host = self.backend.hosts().get(name)
@@ -113,8 +127,9 @@ class LiveAgentImpl:
         except UserError as exc:
             return {"ok": False, "reason": str(exc)}
 
-    def status(self) -> dict[str, Any]:
-        jobs = self.backend.statuses()
+    def status(self, jobs: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The agent now (``dl2ray cluster status``); ``jobs``: the backend's statuses if already read."""
+        jobs = self.backend.statuses() if jobs is None else jobs
         a = self.agent
         return {
             "agent": self.cfg.live.agent_name, "scheduler": a.spec, "shadow": self.shadow,
@@ -126,7 +141,15 @@ class LiveAgentImpl:
             "learn": self.learner.stats() if self.learner is not None else None,
             "federation": self.source.describe() if self.source is not None else None,
             "log_dir": str(self.cfg.log_dir()),
+            "dashboard_url": self.http.url if self.http is not None else None,
         }
+
+    def dashboard(self) -> DashboardState:
+        """What the dashboard shows now (:mod:`clusters.agent.dashboard`; ``GET /api/state``)."""
+        fed = self.source.describe() if self.source is not None else None
+        jobs = self.backend.statuses()
+        return dashboard_state(self.agent, self.status(jobs), jobs.values(), list(self.backend.nodes.names),
+                               fed)
 
     def loop_timings(self) -> list[dict[str, float]]:
         return list(self.agent.loop_ms)
@@ -135,6 +158,8 @@ class LiveAgentImpl:
         self._stop.set()
         self._thread.join(timeout=30)
         self.agent.close()
+        if self.http is not None:
+            self.http.stop()
 
     def pid(self) -> int:
         return os.getpid()

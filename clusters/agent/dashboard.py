@@ -1,0 +1,198 @@
+"""What the agent's dashboard shows (``GET /api/state``), built from the agent, the jobs' statuses and the
+agent's status: one :class:`DashboardState` per request, for any backend.
+
+The page (``clusters/agent/dashboard.html``) polls it; nothing here is kept between requests, so a
+restarted agent shows the same jobs at once (their statuses live in the cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from clusters.agent.views import wait_reasons
+
+RESOURCES = ("cpu", "gpu", "mem")
+
+
+class Resources(BaseModel):
+    cpu: float = Field(description="cores")
+    gpu: float = Field(description="GPUs")
+    mem: float = Field(description="GB")
+
+
+def _res(row: np.ndarray) -> Resources:
+    return Resources(**{k: round(float(v), 3) for k, v in zip(RESOURCES, row, strict=True)})
+
+
+class NodeState(BaseModel):
+    name: str = Field(description="the backend's node name (Ray node id, Kubernetes node)")
+    capacity: Resources
+    free: Resources = Field(description="free at the start of the latest slot")
+
+
+class SlotRecord(BaseModel):
+    """One closed slot of a job: its deployment and the epochs it trained in the slot."""
+
+    slot: int
+    ps: int
+    workers: int
+    epochs: float
+
+
+class ScaleCall(BaseModel):
+    """One scale call the agent made to the job: target, result, how long it took."""
+
+    slot: float = Field(description="slot (fractional) at which the call started")
+    ps: int
+    workers: int
+    ok: bool | None
+    reason: str
+    seconds: float
+
+
+class ScalingEvent(BaseModel):
+    """One completed plan of the job's coordinator."""
+
+    plan_id: int
+    change: str
+    clock: int = Field(description="iteration at which the plan took effect")
+    duration_ms: float = Field(description="prepare to resume, ms")
+    pause_ms: float = Field(description="largest worker suspension, ms")
+
+
+class JobState(BaseModel):
+    name: str
+    job_id: int
+    type: str
+    state: str
+    reason: str = ""
+    ps: int
+    workers: int
+    ps_nodes: list[str] = Field(description="node of each PS in the plan")
+    worker_nodes: list[str] = Field(description="node of each worker in the plan")
+    epochs_done: float
+    est_epochs: float
+    submitted_at: float = Field(description="unix time, s")
+    finished_at: float | None = None
+    seconds: float = Field(description="since submission (JCT once ended), s")
+    queue_position: int | None = Field(description="1, 2, … among waiting jobs; None while running or ended")
+    wait_reason: str | None
+    busy: bool = Field(description="a scale call is running")
+    operation: str | None = None
+    timeline: list[SlotRecord]
+    scale_calls: list[ScaleCall]
+    events: list[ScalingEvent]
+
+
+class DecisionRow(BaseModel):
+    """One slot's decision: both allocations by job name (``[ps, workers]``), which was applied, why."""
+
+    slot: int
+    applied: str
+    reason: str
+    policy_ms: float
+    policy_alloc: dict[str, list[int]] | None
+    fallback_alloc: dict[str, list[int]] | None
+
+
+class PolicyState(BaseModel):
+    scheduler: str = Field(description="the scheduler's spec (dl2:PATH, drf, a federation's label)")
+    guarded: str = Field(description="the guardrail wrapper's name: policy and fallback")
+    fallback: str
+    shadow: bool
+    version: int | None = Field(description="global update count of the weights (learning policies)")
+
+
+class DashboardState(BaseModel):
+    time: float = Field(description="unix time of this answer, s")
+    agent: dict[str, Any] = Field(description="the agent's status (dl2ray cluster status)")
+    slot: int
+    slot_seconds: float
+    epoch: float = Field(description="unix time at which slot 0 started, s")
+    policy: PolicyState
+    nodes: list[NodeState]
+    jobs: list[JobState]
+    decisions: list[DecisionRow] = Field(description="the latest slots, newest last")
+    fallbacks: dict[str, int] = Field(description="guardrail fallbacks by reason since the agent started")
+    federation: dict[str, Any] | None = Field(
+        description="the federation this agent is a member of, and its learner's members (staleness)")
+
+
+def _job(st: dict[str, Any], names: dict[str, str], wait: Any, epoch: float, slot_s: float,
+         now: float) -> JobState:
+    plan = [m for m in st.get("members") or () if m.get("state") == "member"]
+
+    def nodes(role: str) -> list[str]:
+        return [names.get(m.get("node") or "", (m.get("node") or "?")[:12])
+                for m in plan if m["role"] == role]
+
+    return JobState(
+        name=st["name"], job_id=st["job_id"], type=st["job_type"], state=st["state"],
+        reason=st.get("reason") or "", ps=st["ps"], workers=st["workers"], ps_nodes=nodes("ps"),
+        worker_nodes=nodes("worker"), epochs_done=round(float(st["epochs_done"]), 4),
+        est_epochs=float(st["est_epochs"]), submitted_at=st["submitted_at"],
+        finished_at=st.get("finished_at"),
+        seconds=round((st.get("finished_at") or now) - st["submitted_at"], 3),
+        queue_position=wait.position, wait_reason=wait.reason, busy=bool(st.get("busy")),
+        operation=st.get("operation"),
+        timeline=[SlotRecord(slot=h["slot"], ps=h["ps"], workers=h["workers"], epochs=round(h["epochs"], 4))
+                  for h in st.get("history") or ()],
+        scale_calls=[ScaleCall(slot=round((a["time"] - epoch) / slot_s, 3), ps=a.get("ps", 0),
+                               workers=a.get("workers", 0), ok=a.get("ok"), reason=str(a.get("reason", "")),
+                               seconds=round(a.get("seconds", 0.0), 3))
+                     for a in st.get("actions") or () if "time" in a],
+        events=[ScalingEvent(plan_id=e["plan_id"], change=e["change"], clock=e["clock"],
+                             duration_ms=round(e["duration_ms"], 3),
+                             pause_ms=round(max(e["suspension_ms"].values(), default=0.0), 3))
+                for e in st.get("events") or ()],
+    )
+
+
+def _named(alloc_json: str, names: dict[int, str]) -> dict[str, list[int]] | None:
+    alloc = json.loads(alloc_json)
+    return None if alloc is None else {names.get(int(k), k): v for k, v in alloc.items()}
+
+
+def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str, Any]],
+                    node_names: list[str] | None = None, federation: dict[str, Any] | None = None,
+                    decisions: int = 30) -> DashboardState:
+    """The dashboard's state now.
+
+    ``agent``: the :class:`~clusters.agent.loop.Agent` (its latest view, scheduler, decision log);
+    ``status``: the agent's status dict (``dl2ray cluster status``); ``jobs``: the backend's job statuses;
+    ``node_names``: the view's nodes in order (default ``node-0``, …); ``federation``: what the
+    agent knows of its federation (None: not a member); ``decisions``: how many latest slots to list.
+    """
+    now = time.time()
+    jobs = sorted(jobs, key=lambda s: s["submitted_at"])
+    view = agent.last_view
+    cap = view.capacity if view is not None else np.zeros((0, 3))
+    free = view.free if view is not None else np.zeros((0, 3))
+    names = list(node_names or ())
+    names += [f"node-{i}" for i in range(len(names), len(cap))]
+    short = {n: n[:12] for n in names}
+    waits = wait_reasons(jobs, free if view is not None else None)
+    epoch = float(agent.backend.slot_start(0))
+    slot_s = float(agent.backend.slot_start(1)) - epoch
+    by_id = {int(st["job_id"]): st["name"] for st in jobs}
+    guard = agent.scheduler
+    return DashboardState(
+        time=now, agent=status, slot=agent.backend.slot_now(), slot_seconds=slot_s, epoch=epoch,
+        policy=PolicyState(scheduler=agent.spec, guarded=guard.name, fallback=guard.fallback.name,
+                           shadow=guard.shadow, version=status.get("policy_version")),
+        nodes=[NodeState(name=short[n], capacity=_res(cap[i]), free=_res(free[i]))
+               for i, n in enumerate(names[:len(cap)])],
+        jobs=[_job(st, short, waits[st["name"]], epoch, slot_s or 1.0, now) for st in jobs],
+        decisions=[DecisionRow(slot=d["slot"], applied=d["applied"], reason=d["reason"],
+                               policy_ms=round(d["policy_ms"], 3),
+                               policy_alloc=_named(d["policy_alloc"], by_id),
+                               fallback_alloc=_named(d["fallback_alloc"], by_id))
+                   for d in list(agent.decisions.rows)[-decisions:]],
+        fallbacks=dict(guard.fallbacks), federation=federation,
+    )

@@ -1,0 +1,262 @@
+"""The agent's dashboard JSON, its page and its Prometheus metrics, over the real control loop and a real HTTP
+server, on a small in-memory cluster (no Ray); queue positions and wait reasons by hand. (The Grafana
+dashboard's panels are checked against scrapes in tests/serve/test_serve_metrics.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from clusters.agent.dashboard import DashboardState, dashboard_state
+from clusters.agent.http import AgentHttp, make_app
+from clusters.agent.loop import Agent
+from clusters.agent.metrics import METRIC_NAMES
+from clusters.agent.reports import ApplyReport, ScaleAction
+from clusters.agent.views import job_id_of, live_job_view, wait_reasons
+from clusters.ray.config import LiveConfig
+from dl2ray.config import load_config
+from dl2ray.jobspec import parse_jobspec
+from dl2ray.view import Allocation, ClusterView, Observation, Tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOGUE = load_config(ROOT / "configs" / "testbed.yaml").catalogue
+
+
+def _spec(name: str, epochs: float = 2.0, cpu: float = 1.0, workers_min: int = 1) -> dict[str, Any]:
+    return parse_jobspec({"name": name, "job_type": "resnext-110", "model": "mlp", "epochs": epochs,
+                          "samples": 64, "global_batch": 8, "worker": {"cpu": cpu, "gpu": 0, "mem": 1},
+                          "workers": {"min": workers_min, "max": 4}}).model_dump(mode="json")
+
+
+class TinyCluster:
+    """A LiveBackend in memory: two nodes, jobs that train 0.5 epoch per worker per slot, a scaling event
+    (with a worker pause) per change. Statuses have the fields the Ray job hosts report."""
+
+    NODES = ("node-a", "node-b")
+
+    def __init__(self) -> None:
+        self.slot, self.epoch = 0, time.time() - 100.0
+        self.capacity = np.array([[4.0, 0.0, 8.0], [2.0, 0.0, 8.0]])
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    def add(self, name: str, **kw: Any) -> None:
+        self.jobs[name] = {
+            "name": name, "job_id": job_id_of(name), "job_type": "resnext-110", "state": "pending",
+            "reason": "",
+            "spec": _spec(name, **kw), "submitted_at": time.time() - 50 + len(self.jobs), "started_at": None,
+            "finished_at": None, "ps": 0, "workers": 0, "members": [], "epochs_done": 0.0,
+            "est_epochs": _spec(name, **kw)["epochs"], "operation": None, "events": [], "history": [],
+            "actions": [], "busy": False}
+
+    def slot_now(self) -> int:
+        return self.slot
+
+    def slot_start(self, slot: int) -> float:
+        return self.epoch + 10.0 * slot
+
+    def adopt(self) -> int:
+        return 0
+
+    def snapshot(self) -> ClusterView:
+        free = self.capacity.copy()
+        views = []
+        for st in sorted(self.jobs.values(), key=lambda s: s["submitted_at"]):
+            if st["workers"]:  # train the last slot, record it
+                st["epochs_done"] = min(st["epochs_done"] + 0.5 * st["workers"], st["est_epochs"])
+                st["history"].append({"slot": self.slot - 1, "ps": st["ps"], "workers": st["workers"],
+                                      "epochs": 0.5 * st["workers"], "seconds": 10.0, "loss": float("nan")})
+                if st["epochs_done"] >= st["est_epochs"]:
+                    st.update(state="finished", finished_at=time.time(), ps=0, workers=0, members=[])
+            if st["state"] in ("finished", "failed", "cancelled"):
+                continue
+            if st["state"] == "paused":  # as on Ray: a paused job's kept PS is not the scheduler's to give
+                free[0] -= np.array([1.0, 0.0, 1.0])
+            hist = [Observation(h["slot"], h["ps"], h["workers"], h["epochs"], h["seconds"], h["loss"])
+                    for h in st["history"]]
+            spec = parse_jobspec(st["spec"])
+            views.append(live_job_view(st["name"], spec, CATALOGUE, 0, st["epochs_done"],
+                                       [0] * st["ps"], [0] * st["workers"], hist))
+        return ClusterView(self.slot, 10.0, self.capacity, np.maximum(free, 0), tuple(views), CATALOGUE)
+
+    def apply(self, allocation: Allocation) -> ApplyReport:
+        report = ApplyReport(self.slot)
+        for st in self.jobs.values():
+            t = allocation.tasks.get(st["job_id"], Tasks(0, 0))
+            ended = st["state"] in ("finished", "failed", "cancelled")
+            if ended or (t.ps, t.workers) == (st["ps"], st["workers"]):
+                continue
+            before = (st["ps"], st["workers"])
+            st.update(ps=t.ps if t.workers else 0, workers=t.workers,
+                      state="running" if t.workers else ("paused" if st["state"] == "running" else "pending"))
+            st["members"] = [{"role": r, "node": "node-a", "state": "member"}
+                             for r in ["ps"] * st["ps"] + ["worker"] * st["workers"]]
+            st["actions"].append({"time": self.slot_start(self.slot) + 1.0, "ps": t.ps, "workers": t.workers,
+                                  "ok": True, "reason": "scaled", "seconds": 0.4})
+            st["events"].append({"plan_id": len(st["events"]) + 1, "change": f"{before}->{(t.ps, t.workers)}",
+                                 "clock": 3 * self.slot, "duration_ms": 12.0, "suspension_ms": {"0": 0.8},
+                                 "lost_iterations": 0})
+            report.actions.append(ScaleAction(st["name"], before, (t.ps, t.workers), True, "scaled", 0.4))
+        return report
+
+    def submit(self, spec):
+        raise NotImplementedError
+
+    def cancel(self, name: str):
+        raise NotImplementedError
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        return json.loads(json.dumps(self.jobs))  # copies, as a remote call returns
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    """The agent over :class:`TinyCluster` (DRF) after three slots, behind its real HTTP server."""
+    cluster = TinyCluster()
+    cluster.add("alpha", epochs=1.0)
+    cluster.add("beta", epochs=50.0)
+    cluster.add("huge", cpu=8.0)  # never fits: 9 cores asked (a PS and a worker), 6 in the cluster
+    cfg = LiveConfig.model_validate({"live": {"experiment": str(ROOT / "configs" / "testbed.yaml"),
+                                              "log_dir": str(tmp_path / "log")}})
+    agent = Agent(cfg, cluster, "drf")
+    for slot in range(4):
+        cluster.slot = slot
+        agent.step()
+
+    def state() -> DashboardState:
+        return dashboard_state(agent, {"agent": "tiny", "slots_done": agent.slots_done},
+                               cluster.statuses().values(), list(TinyCluster.NODES))
+
+    http = AgentHttp(make_app(state, agent.metrics.scrape), "127.0.0.1", 0)
+    yield http.url, agent, cluster
+    http.stop()
+    agent.close()
+
+
+def test_the_state_endpoint_shows_jobs_allocations_queue_and_decisions(served) -> None:
+    url, _, _ = served
+    s = requests.get(f"{url}/api/state", timeout=30).json()
+    DashboardState.model_validate(s)
+    jobs = {j["name"]: j for j in s["jobs"]}
+    assert [j["name"] for j in s["jobs"]] == ["alpha", "beta", "huge"]  # submission order
+    assert jobs["alpha"]["state"] == "finished" and jobs["alpha"]["queue_position"] is None
+    beta = jobs["beta"]
+    assert beta["state"] == "running" and beta["workers"] >= 1
+    assert beta["worker_nodes"] == ["node-a"] * beta["workers"]
+    assert beta["timeline"] and beta["timeline"][0]["workers"] >= 1 and beta["events"][0]["pause_ms"] == 0.8
+    assert beta["scale_calls"][0]["slot"] == pytest.approx(0.1)  # 1 s into slot 0 of 10 s
+    huge = jobs["huge"]
+    assert huge["queue_position"] == 1
+    assert huge["wait_reason"].startswith("no room: its smallest deployment needs cpu")
+    assert s["slot"] == 3 and s["slot_seconds"] == 10.0 and s["policy"]["scheduler"] == "drf"
+    assert [n["name"] for n in s["nodes"]] == ["node-a", "node-b"] and s["nodes"][1]["capacity"]["cpu"] == 2.0
+    assert [d["slot"] for d in s["decisions"]] == [0, 1, 2, 3]
+    assert all(d["applied"] == "policy" for d in s["decisions"])
+    assert "beta" in s["decisions"][-1]["policy_alloc"]  # allocations by job name
+    assert s["federation"] is None
+
+
+def test_the_page_is_served_and_reads_the_state_endpoint(served) -> None:
+    url, _, _ = served
+    page = requests.get(url, timeout=30)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'fetch("api/state"' in page.text and 'id="jobs"' in page.text and 'id="timeline"' in page.text
+    assert requests.get(f"{url}/nope", timeout=30).status_code == 404
+
+
+def test_a_state_that_cannot_be_read_is_a_503_and_the_server_stays_up(tmp_path: Path) -> None:
+    def broken() -> DashboardState:
+        raise ConnectionError("the cluster did not answer")
+
+    http = AgentHttp(make_app(broken, lambda: b""), "127.0.0.1", 0)
+    try:
+        r = requests.get(f"{http.url}/api/state", timeout=30)
+        assert r.status_code == 503 and "ConnectionError: the cluster did not answer" in r.json()["detail"]
+        assert requests.get(f"{http.url}/healthz", timeout=30).json() == {"status": "ok"}
+    finally:
+        http.stop()
+
+
+def _scrape(url: str) -> dict[str, Any]:
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _value(family, sample_name: str, **labels: str) -> float:
+    return sum(s.value for s in family.samples
+               if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_the_metrics_count_the_loop_the_decisions_and_the_jobs(served) -> None:
+    url, _, cluster = served
+    m = _scrape(url)
+    assert _value(m["dl2ray_agent_slots"], "dl2ray_agent_slots_total") == 4
+    assert _value(m["dl2ray_agent_decisions"], "dl2ray_agent_decisions_total", applied="policy") == 4
+    assert _value(m["dl2ray_agent_slot_seconds"], "dl2ray_agent_slot_seconds_count", phase="total") == 4
+    assert _value(m["dl2ray_jobs"], "dl2ray_jobs", state="finished") == 1
+    assert _value(m["dl2ray_jobs"], "dl2ray_jobs", state="running") == 1
+    assert _value(m["dl2ray_queue_length"], "dl2ray_queue_length") == 1
+    assert _value(m["dl2ray_job_completion_seconds"], "dl2ray_job_completion_seconds_count") == 1
+    events = sum(len(st["events"]) for st in cluster.jobs.values())
+    assert _value(m["dl2ray_scaling_events"], "dl2ray_scaling_events_total") == events > 0
+    pauses = _value(m["dl2ray_scaling_pause_seconds"], "dl2ray_scaling_pause_seconds_bucket", le="0.001")
+    assert pauses == events  # every pause was 0.8 ms
+    assert _value(m["dl2ray_agent_scale_calls"], "dl2ray_agent_scale_calls_total", result="ok") == events
+    assert _value(m["dl2ray_agent_policy_version"], "dl2ray_agent_policy_version") == -1
+    assert {n.removesuffix("_total") for n in METRIC_NAMES} <= set(m)  # every family is exposed
+
+
+def test_a_failed_step_and_a_fallback_are_counted(tmp_path: Path) -> None:
+    class Raising:
+        name = "raising"
+
+        def decide(self, view):
+            raise RuntimeError("policy bug")
+
+    cluster = TinyCluster()
+    cluster.add("alpha")
+    cfg = LiveConfig.model_validate({"live": {"experiment": str(ROOT / "configs" / "testbed.yaml"),
+                                              "log_dir": str(tmp_path / "log")}})
+    agent = Agent(cfg, cluster, "raising", policy=Raising())
+    agent.step()
+    cluster.snapshot = lambda: (_ for _ in ()).throw(ConnectionError("down"))  # type: ignore[method-assign]
+    agent.step()
+    agent.close()
+    m = {f.name: f for f in text_string_to_metric_families(agent.metrics.scrape().decode())}
+    assert _value(m["dl2ray_agent_fallbacks"], "dl2ray_agent_fallbacks_total", reason="error") == 1
+    assert _value(m["dl2ray_agent_decisions"], "dl2ray_agent_decisions_total", applied="fallback") == 1
+    errors = m["dl2ray_agent_step_errors"]
+    assert _value(errors, "dl2ray_agent_step_errors_total", error="ConnectionError") == 1
+
+
+# ---- queue position and wait reason, by hand -------------------------------------------------------------
+
+
+def _status(name: str, state: str, at: float, busy: bool = False, **kw: Any) -> dict[str, Any]:
+    return {"name": name, "state": state, "submitted_at": at, "busy": busy, "spec": _spec(name, **kw)}
+
+
+def test_waiting_jobs_are_queued_in_submission_order_with_their_reason() -> None:
+    free = np.array([[2.0, 0.0, 4.0], [0.5, 0.0, 4.0]])  # 2.5 cores free in all
+    rows = [_status("late", "pending", 30.0), _status("run", "running", 5.0),
+            _status("big", "pending", 10.0, cpu=1.0, workers_min=2),  # 2 workers + 1 PS = 3 cores
+            _status("held", "paused", 20.0), _status("boot", "pending", 25.0, busy=True),
+            _status("done", "finished", 1.0)]
+    w = wait_reasons(rows, free)
+    assert {n: w[n].position for n in w} == {"done": None, "run": None, "big": 1, "held": 2, "boot": 3,
+                                             "late": 4}
+    assert w["big"].reason == "no room: its smallest deployment needs cpu 3 > 2.5 free"
+    assert w["held"].reason == "paused; not chosen: the scheduler gave it no workers this slot"
+    assert w["boot"].reason.startswith("starting")
+    assert w["late"].reason.startswith("not chosen") and w["run"].reason is None
+    # without a view (an agent that has not stepped yet) room is not judged
+    assert wait_reasons(rows)["big"].reason.startswith("not chosen")
