@@ -33,7 +33,9 @@ def _res(row: np.ndarray) -> Resources:
 class NodeState(BaseModel):
     name: str = Field(description="the backend's node name (Ray node id, Kubernetes node)")
     capacity: Resources
-    free: Resources = Field(description="free at the start of the latest slot")
+    used: Resources = Field(description="held by the members of unfinished jobs now (their demands)")
+    free: Resources = Field(description="free to the scheduler in the latest view (capacity less what it "
+                                        "cannot give: a paused job's PS)")
 
 
 class SlotRecord(BaseModel):
@@ -154,6 +156,22 @@ def _job(st: dict[str, Any], names: dict[str, str], wait: Any, epoch: float, slo
     )
 
 
+def node_usage(jobs: Iterable[dict[str, Any]], names: list[str]) -> np.ndarray:
+    """Shape (len(names), 3): Σ of the per-task demand (cpu, gpu, mem GB) of every alive member of every
+    unfinished job on each node (members on a node not in ``names`` are left out)."""
+    index = {n: i for i, n in enumerate(names)}
+    used = np.zeros((len(names), 3))
+    for st in jobs:
+        if st["state"] in ("finished", "failed", "cancelled"):
+            continue
+        demand = {r: np.array([st["spec"][r][k] for k in RESOURCES], dtype=np.float64)
+                  for r in ("ps", "worker")}
+        for m in st.get("members") or ():
+            if m.get("node") in index and m.get("role") in demand:
+                used[index[m["node"]]] += demand[m["role"]]
+    return used
+
+
 def _named(alloc_json: str, names: dict[int, str]) -> dict[str, list[int]] | None:
     alloc = json.loads(alloc_json)
     return None if alloc is None else {names.get(int(k), k): v for k, v in alloc.items()}
@@ -177,6 +195,7 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
     names = list(node_names or ())
     names += [f"node-{i}" for i in range(len(names), len(cap))]
     short = {n: n[:12] for n in names}
+    used = node_usage(jobs, names[:len(cap)])
     waits = wait_reasons(jobs, free if view is not None else None)
     epoch = float(agent.backend.slot_start(0))
     slot_s = float(agent.backend.slot_start(1)) - epoch
@@ -186,7 +205,7 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
         time=now, agent=status, slot=agent.backend.slot_now(), slot_seconds=slot_s, epoch=epoch,
         policy=PolicyState(scheduler=agent.spec, guarded=guard.name, fallback=guard.fallback.name,
                            shadow=guard.shadow, version=status.get("policy_version")),
-        nodes=[NodeState(name=short[n], capacity=_res(cap[i]), free=_res(free[i]))
+        nodes=[NodeState(name=short[n], capacity=_res(cap[i]), used=_res(used[i]), free=_res(free[i]))
                for i, n in enumerate(names[:len(cap)])],
         jobs=[_job(st, short, waits[st["name"]], epoch, slot_s or 1.0, now) for st in jobs],
         decisions=[DecisionRow(slot=d["slot"], applied=d["applied"], reason=d["reason"],

@@ -159,6 +159,8 @@ def test_the_state_endpoint_shows_jobs_allocations_queue_and_decisions(served) -
     assert huge["wait_reason"].startswith("no room: its smallest deployment needs cpu")
     assert s["slot"] == 3 and s["slot_seconds"] == 10.0 and s["policy"]["scheduler"] == "drf"
     assert [n["name"] for n in s["nodes"]] == ["node-a", "node-b"] and s["nodes"][1]["capacity"]["cpu"] == 2.0
+    held = beta["ps"] + beta["workers"]  # 1 core each, all on node-a; alpha's ended with it
+    assert s["nodes"][0]["used"]["cpu"] == held and s["nodes"][1]["used"]["cpu"] == 0.0
     assert [d["slot"] for d in s["decisions"]] == [0, 1, 2, 3]
     assert all(d["applied"] == "policy" for d in s["decisions"])
     assert "beta" in s["decisions"][-1]["policy_alloc"]  # allocations by job name

@@ -1,0 +1,105 @@
+"""The agent's dashboard in a real headless browser (Debian's chromium + chromedriver, driven by Selenium) on
+the live agent of configs/live-local.yaml with jobs running: the page shows the nodes, every job with its
+state and allocation, the timeline, the policy and the guardrail's decisions, and refreshes by itself.
+
+Screenshots: ``dashboard-running.png`` and ``dashboard-later.png`` in the test's ``tmp_path`` (printed;
+``pytest -s`` shows where), and copied to ``$DL2RAY_SCREENSHOTS`` when that folder is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import requests
+from support import wait_for
+from test_live import small_spec
+from test_live_agent import agent  # noqa: F401  (the live agent fixture: its DL2 policy, 2 s slots)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def _browser(profile: Path):
+    """Headless chromium with a fresh profile, nothing fetched from outside (the flags the brief names)."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromium-driver are not installed (make browser installs them)")
+        pytest.skip("no chromium/chromedriver here: apt-get install -y chromium chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        opts.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def _shot(driver, path: Path) -> None:
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    out = os.environ.get("DL2RAY_SCREENSHOTS")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(out) / path.name)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    ray, handle, _ = agent
+    for spec in (small_spec("dash-a", epochs=12), small_spec("dash-b", epochs=12, seed=4)):
+        assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
+    status = ray.get(handle.status.remote())
+    url = status["dashboard_url"]
+    assert url and url.startswith("http://127.0.0.1:")
+
+    def slots() -> int:
+        return ray.get(handle.status.remote(), timeout=60)["slots_done"]
+
+    def running() -> bool:
+        jobs = requests.get(f"{url}/api/state", timeout=60).json()["jobs"]
+        return any(j["state"] == "running" and j["workers"] > 0 and j["timeline"] for j in jobs)
+
+    wait_for("a job running with a closed slot", running, progress=slots)
+    state = requests.get(f"{url}/api/state", timeout=60).json()
+    assert state["policy"]["scheduler"].startswith("dl2:") and state["nodes"] and state["decisions"]
+    metrics = requests.get(f"{url}/metrics", timeout=60).text
+    assert 'dl2ray_jobs{state="running"}' in metrics and "dl2ray_agent_slot_seconds_bucket" in metrics
+
+    driver = _browser(tmp_path / "chrome-profile")
+    try:
+        driver.get(f"{url}/?refresh=0.5")
+
+        def rows() -> dict[str, str]:
+            found = driver.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")
+            return {r.get_attribute("data-job"): r.text for r in found}
+
+        shown = wait_for("both jobs on the page",
+                         lambda: (r := rows()) and {"dash-a", "dash-b"} <= set(r) and r, progress=slots)
+        assert any("running" in text for text in shown.values()), shown
+        assert driver.find_element(By.ID, "policy").text.startswith("dl2:")
+        assert driver.find_element(By.ID, "conn").text.startswith("live")
+        assert driver.find_elements(By.CSS_SELECTOR, "#nodes tr[data-node]")
+        assert driver.find_elements(By.CSS_SELECTOR, "#decisions tr[data-slot]")
+        wait_for("the timeline to draw a slot",
+                 lambda: driver.find_elements(By.CSS_SELECTOR, "#timeline rect.slot"), progress=slots)
+        _shot(driver, tmp_path / "dashboard-running.png")
+
+        # it refreshes by itself: the slot shown advances without a reload
+        first = int(driver.find_element(By.ID, "slot").text)
+        wait_for("the page to show a later slot",
+                 lambda: int(driver.find_element(By.ID, "slot").text) > first + 1, progress=slots)
+        page_slot = int(driver.find_element(By.ID, "slot").text)
+        assert abs(page_slot - ray.get(handle.status.remote())["slot"]) <= 2
+        _shot(driver, tmp_path / "dashboard-later.png")
+        assert not driver.find_element(By.ID, "error").text
+    finally:
+        driver.quit()
