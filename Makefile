@@ -12,7 +12,7 @@ WHEELS := /opt/wheels
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test test-fast test-slow lint install clean
+.PHONY: demo test test-fast test-slow lint install browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,16 @@ lint: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) browser
 	$(BIN)/python -m pytest -m slow
+
+# The dashboard's browser test (tests/clusters/test_dashboard_live.py) drives Debian's chromium through its
+# chromedriver; installed here when missing (as root, as CI runs), else the test says how.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "make browser: chromium/chromedriver missing (apt-get install -y chromium chromium-driver)"; fi
 
 test: lint test-fast test-slow
 

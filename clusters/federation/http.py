@@ -265,6 +265,19 @@ class HttpLink:
         self._post("/v1/fed/report", doc={"member": name, "update": update, "val_jct": val_jct,
                                           "drf_jct": drf_jct})
 
+    def status(self) -> dict[str, Any]:
+        """``GET /v1/fed/status``: the learner's members and their staleness (the agent's dashboard)."""
+        import requests
+
+        from clusters.federation.links import LinkDown
+
+        try:
+            resp = self.session.get(self.url + "/v1/fed/status", timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise LinkDown(str(exc)) from exc
+        resp.raise_for_status()
+        return resp.json()
+
     def version(self) -> dict[str, int]:
         import requests
 

@@ -51,3 +51,7 @@ class ActorLink:
 
     def report(self, name, update, val_jct, drf_jct):
         self._call("report", name, update, val_jct, drf_jct)
+
+    def status(self) -> dict[str, Any]:
+        """The learner's status: updates and each member's counts and staleness (the agent's dashboard)."""
+        return self._call("status")

@@ -110,6 +110,10 @@ class LiveMember:
     def describe(self) -> dict[str, Any]:
         return {"federation": self.federation, "member": self.spec.name}
 
+    def learner_status(self) -> dict[str, Any]:
+        """The federation learner's status through the member's link (the members, their staleness)."""
+        return self.link.status()
+
 
 class MemberSink:
     """A live member's side of the federation protocol (join, push with version and boot, pull), counted.

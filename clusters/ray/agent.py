@@ -80,6 +80,7 @@ class LiveAgentImpl:
         live = self.cfg.live
         exp = self.cfg.experiment()
         self.epoch, self.shadow, self.source = epoch, shadow, policy
+        self._learner: tuple[float, dict[str, Any]] | None = None  # (monotonic time, learner status)
         self.restarted = incarnation()
         self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.placement,
                                   live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s)
@@ -147,9 +148,26 @@ class LiveAgentImpl:
     def dashboard(self) -> DashboardState:
         """What the dashboard shows now (:mod:`clusters.agent.dashboard`; ``GET /api/state``)."""
         fed = self.source.describe() if self.source is not None else None
+        if fed is not None:
+            fed = {**fed, "learner": self._learner_status()}
         jobs = self.backend.statuses()
         return dashboard_state(self.agent, self.status(jobs), jobs.values(), list(self.backend.nodes.names),
                                fed)
+
+    def _learner_status(self, max_age_s: float = 5.0) -> dict[str, Any] | None:
+        """The federation learner's status (members, staleness), read at most every ``max_age_s`` seconds
+        through the source's ``learner_status`` (None without one, or while the learner is unreachable)."""
+        ask = getattr(self.source, "learner_status", None)
+        if ask is None:
+            return None
+        now = time.monotonic()
+        if self._learner is None or now - self._learner[0] > max_age_s:
+            try:
+                self._learner = (now, ask())
+            except Exception as exc:  # the learner may be down: the dashboard says so and goes on
+                log.warning("federation learner status: %r", exc)
+                self._learner = (now, {"error": f"{type(exc).__name__}: {exc}"})
+        return self._learner[1]
 
     def loop_timings(self) -> list[dict[str, float]]:
         return list(self.agent.loop_ms)

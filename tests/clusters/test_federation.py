@@ -273,6 +273,20 @@ def test_http_without_the_token_gets_401_and_changes_nothing(learner):
         gw.stop()
 
 
+def test_a_members_http_link_reads_the_learners_status_for_its_dashboard(learner):
+    from clusters.federation.http import FedGatewayImpl, HttpLink
+
+    gp, _, _ = learner
+    gw = FedGatewayImpl(gp, "s3cret-token-0123456789", "127.0.0.1", 0)
+    try:
+        st = HttpLink(gw.url(), "s3cret-token-0123456789").status()
+    finally:
+        gw.stop()
+    assert st["updates"] == gp.opt.updates and st["boot"] == gp.boot
+    assert [m["name"] for m in st["members"]] == [m["name"] for m in gp.status()["members"]]
+    assert all({"staleness", "staleness_bound", "last_contact_s"} <= set(m) for m in st["members"])
+
+
 class _Client:
     def __init__(self, session, url):
         self.s, self.url = session, url
