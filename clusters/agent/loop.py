@@ -47,7 +47,7 @@ class Agent:
     ``policy``: a scheduler object instead (a learner's or a federation member's; ``spec`` then only
     names it); ``shadow``: decide with it, apply the guardrail's fallback. ``exp``: the experiment the
     schedulers are built for (default: the one the config names). ``metrics``: where each slot is counted
-    (:mod:`clusters.agent.metrics`; default: a registry of the agent's own over the backend's jobs).
+    (:mod:`clusters.agent.metrics`; default: a registry of the agent's own, without the jobs' metrics).
     ``last_view`` is the latest snapshot (None before the first), for the dashboard.
     """
 
@@ -71,7 +71,7 @@ class Agent:
         self.slots_done = 0
         self.last_slot = -1
         self.last_view: ClusterView | None = None
-        self.metrics = metrics or AgentMetrics(lambda: backend.statuses().values())
+        self.metrics = metrics or AgentMetrics()
         self.adopted = backend.adopt()
 
     def step(self) -> dict[str, Any]:

@@ -77,7 +77,12 @@ def _histogram(name: str, doc: str, values: list[float], buckets: tuple[float, .
 
 
 class AgentMetrics:
-    """One agent's registry: the loop's instruments and the jobs' collector (module docstring)."""
+    """One agent's registry: the loop's instruments and the jobs' collector (module docstring).
+
+    ``jobs``: the backend's job statuses in the shape of the Ray job hosts' ``status()`` (``state``,
+    ``submitted_at``, ``finished_at``, ``events`` with ``suspension_ms``); None: the loop's metrics only
+    (the Kubernetes agent, whose statuses are DL2Job status objects of another shape).
+    """
 
     def __init__(self, jobs: Callable[[], Iterable[dict[str, Any]]] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

@@ -36,6 +36,7 @@ import ray
 from clusters.agent.dashboard import DashboardState, dashboard_state
 from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
+from clusters.agent.metrics import AgentMetrics
 from clusters.agent.views import wait_reasons
 from clusters.ray.backend import RayBackend, list_hosts
 from clusters.ray.config import LiveConfig
@@ -85,7 +86,8 @@ class LiveAgentImpl:
         self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.placement,
                                   live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s)
         self.learner = policy.build(exp, self.restarted) if policy is not None else None
-        self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp)
+        metrics = AgentMetrics(lambda: self.backend.statuses().values())  # the loop's and the jobs' numbers
+        self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp, metrics)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.agent.run, args=(self._stop,), name="control-loop",
                                         daemon=True)

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from clusters.agent.dashboard import DashboardState, dashboard_state
 from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
-from clusters.agent.metrics import METRIC_NAMES
+from clusters.agent.metrics import METRIC_NAMES, AgentMetrics
 from clusters.agent.reports import ApplyReport, ScaleAction
 from clusters.agent.views import job_id_of, live_job_view, wait_reasons
 from clusters.ray.config import LiveConfig
@@ -127,7 +127,7 @@ def served(tmp_path: Path):
     cluster.add("huge", cpu=8.0)  # never fits: 9 cores asked (a PS and a worker), 6 in the cluster
     cfg = LiveConfig.model_validate({"live": {"experiment": str(ROOT / "configs" / "testbed.yaml"),
                                               "log_dir": str(tmp_path / "log")}})
-    agent = Agent(cfg, cluster, "drf")
+    agent = Agent(cfg, cluster, "drf", metrics=AgentMetrics(lambda: cluster.statuses().values()))
     for slot in range(4):
         cluster.slot = slot
         agent.step()
