@@ -87,8 +87,8 @@ class JobState(BaseModel):
     wait_reason: str | None
     busy: bool = Field(description="a scale call is running")
     operation: str | None = None
-    timeline: list[SlotRecord]
-    scale_calls: list[ScaleCall]
+    timeline: list[SlotRecord] = Field(description="the closed slots of the latest window, oldest first")
+    scale_calls: list[ScaleCall] = Field(description="the scale calls of the latest window")
     events: list[ScalingEvent]
 
 
@@ -127,7 +127,7 @@ class DashboardState(BaseModel):
 
 
 def _job(st: dict[str, Any], names: dict[str, str], wait: Any, epoch: float, slot_s: float,
-         now: float) -> JobState:
+         now: float, since: int) -> JobState:
     plan = [m for m in st.get("members") or () if m.get("state") == "member"]
 
     def nodes(role: str) -> list[str]:
@@ -144,11 +144,11 @@ def _job(st: dict[str, Any], names: dict[str, str], wait: Any, epoch: float, slo
         queue_position=wait.position, wait_reason=wait.reason, busy=bool(st.get("busy")),
         operation=st.get("operation"),
         timeline=[SlotRecord(slot=h["slot"], ps=h["ps"], workers=h["workers"], epochs=round(h["epochs"], 4))
-                  for h in st.get("history") or ()],
+                  for h in st.get("history") or () if h["slot"] >= since],
         scale_calls=[ScaleCall(slot=round((a["time"] - epoch) / slot_s, 3), ps=a.get("ps", 0),
                                workers=a.get("workers", 0), ok=a.get("ok"), reason=str(a.get("reason", "")),
                                seconds=round(a.get("seconds", 0.0), 3))
-                     for a in st.get("actions") or () if "time" in a],
+                     for a in st.get("actions") or () if "time" in a and a["time"] >= epoch + since * slot_s],
         events=[ScalingEvent(plan_id=e["plan_id"], change=e["change"], clock=e["clock"],
                              duration_ms=round(e["duration_ms"], 3),
                              pause_ms=round(max(e["suspension_ms"].values(), default=0.0), 3))
@@ -179,13 +179,15 @@ def _named(alloc_json: str, names: dict[int, str]) -> dict[str, list[int]] | Non
 
 def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str, Any]],
                     node_names: list[str] | None = None, federation: dict[str, Any] | None = None,
-                    decisions: int = 30) -> DashboardState:
+                    decisions: int = 30, window: int = 240) -> DashboardState:
     """The dashboard's state now.
 
     ``agent``: the :class:`~clusters.agent.loop.Agent` (its latest view, scheduler, decision log);
     ``status``: the agent's status dict (``dl2ray cluster status``); ``jobs``: the backend's job statuses;
     ``node_names``: the view's nodes in order (default ``node-0``, …); ``federation``: what the
-    agent knows of its federation (None: not a member); ``decisions``: how many latest slots to list.
+    agent knows of its federation (None: not a member); ``decisions``: how many latest slots to list;
+    ``window``: the timeline's slots (each job's slot records and scale calls of the latest ``window``
+    slots: the answer's size stays bounded however long the jobs run).
     """
     now = time.time()
     jobs = sorted(jobs, key=lambda s: s["submitted_at"])
@@ -207,7 +209,8 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
                            shadow=guard.shadow, version=status.get("policy_version")),
         nodes=[NodeState(name=short[n], capacity=_res(cap[i]), used=_res(used[i]), free=_res(free[i]))
                for i, n in enumerate(names[:len(cap)])],
-        jobs=[_job(st, short, waits[st["name"]], epoch, slot_s or 1.0, now) for st in jobs],
+        jobs=[_job(st, short, waits[st["name"]], epoch, slot_s or 1.0, now, agent.backend.slot_now() - window)
+              for st in jobs],
         decisions=[DecisionRow(slot=d["slot"], applied=d["applied"], reason=d["reason"],
                                policy_ms=round(d["policy_ms"], 3),
                                policy_alloc=_named(d["policy_alloc"], by_id),

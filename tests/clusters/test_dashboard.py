@@ -167,6 +167,17 @@ def test_the_state_endpoint_shows_jobs_allocations_queue_and_decisions(served) -
     assert s["federation"] is None
 
 
+def test_the_timeline_keeps_the_latest_window_of_slots(served) -> None:
+    _, agent, cluster = served
+    full = dashboard_state(agent, {}, cluster.statuses().values())
+    last = dashboard_state(agent, {}, cluster.statuses().values(), window=1)  # slot 3: slots 2 and later
+    beta = {j.name: j for j in full.jobs}["beta"]
+    kept = {j.name: j for j in last.jobs}["beta"]
+    assert [h.slot for h in kept.timeline] == [h.slot for h in beta.timeline if h.slot >= 2]
+    assert len(kept.timeline) < len(beta.timeline) and not kept.scale_calls and beta.scale_calls
+    assert full.nodes[0].name == "node-0"  # without names the nodes are numbered
+
+
 def test_the_page_is_served_and_reads_the_state_endpoint(served) -> None:
     url, _, _ = served
     page = requests.get(url, timeout=30)
