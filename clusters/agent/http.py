@@ -9,8 +9,10 @@ Routes (read-only; the server binds ``dashboard.host``, loopback by default):
 - ``GET /healthz``     ``{"status": "ok"}``.
 
 A state that cannot be built now (the cluster did not answer) is a 503 with ``detail``; the server
-stays up. :class:`AgentHttp` runs uvicorn in a daemon thread of the agent's process (the Ray agent
-actor), so it lives and restarts with the agent.
+stays up. The state and the scrape are each built at most once per ``max_age_s`` (1 s) and shared by
+every request meanwhile: any number of open pages costs the agent one build per second, no more.
+:class:`AgentHttp` runs uvicorn in a daemon thread of the agent's process (the Ray agent actor), so it
+lives and restarts with the agent.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib.resources import files
+from typing import Generic, TypeVar
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -28,6 +31,24 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Latest(Generic[T]):
+    """``fn()``, computed again only when the last result is older than ``max_age_s`` seconds (thread-safe;
+    a failure is not kept)."""
+
+    def __init__(self, fn: Callable[[], T], max_age_s: float) -> None:
+        self.fn, self.max_age_s = fn, max_age_s
+        self._lock = threading.Lock()
+        self._last: tuple[float, T] | None = None
+
+    def __call__(self) -> T:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._last[0] >= self.max_age_s:
+                self._last = (now, self.fn())
+            return self._last[1]
 
 
 def dashboard_html() -> str:
@@ -36,10 +57,12 @@ def dashboard_html() -> str:
 
 
 def make_app(state: Callable[[], BaseModel], metrics: Callable[[], bytes],
-             title: str = "dl2ray agent") -> FastAPI:
+             title: str = "dl2ray agent", max_age_s: float = 1.0) -> FastAPI:
     """The routes (module docstring) over ``state`` (the dashboard's state now) and ``metrics``
-    (the Prometheus exposition now). Both are called in a worker thread per request."""
+    (the Prometheus exposition now), each called in a worker thread, at most once per ``max_age_s``."""
     import anyio
+
+    state, metrics = Latest(state, max_age_s), Latest(metrics, max_age_s)
 
     app = FastAPI(title=title, docs_url=None, redoc_url=None)
     page = dashboard_html()

@@ -273,3 +273,13 @@ def test_waiting_jobs_are_queued_in_submission_order_with_their_reason() -> None
     assert w["late"].reason.startswith("not chosen") and w["run"].reason is None
     # without a view (an agent that has not stepped yet) room is not judged
     assert wait_reasons(rows)["big"].reason.startswith("not chosen")
+
+
+def test_the_state_is_built_at_most_once_per_max_age_whoever_asks() -> None:
+    from clusters.agent.http import Latest
+
+    calls = []
+    latest = Latest(lambda: calls.append(1) or len(calls), max_age_s=3600.0)
+    assert [latest() for _ in range(5)] == [1] * 5 and len(calls) == 1
+    fresh = Latest(lambda: calls.append(1) or len(calls), max_age_s=0.0)
+    assert fresh() < fresh()  # max_age 0: every call computes again
