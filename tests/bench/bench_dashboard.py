@@ -4,9 +4,10 @@ per-request instruments.
     .venv/bin/python tests/bench/bench_dashboard.py [--jobs 10 --jobs 100] [--slots 100] [--json]
 
 For each ``--jobs N``: the real control loop (DRF) steps ``--slots`` slots of an in-memory cluster of two
-nodes (the fast test's :class:`TinyCluster`; every job gets a history row per slot it runs and a scaling
+nodes (the fast test's :class:`TinyCluster`, its capacity scaled so that every job runs; every job gets a history row per slot it runs and a scaling
 event per change); then, over the agent's real HTTP server on loopback, ``GET /api/state`` and
-``GET /metrics`` (median and p90 of 30 requests each, ms; the answer's bytes), and in-process the build
+``GET /metrics`` (median and p90 of 30 requests each, ms, each one building its answer: the server's
+1 s sharing is off here; the answer's bytes), and in-process the build
 of the state alone and one :meth:`AgentMetrics.slot` call (the loop's added work per slot, µs). Serve:
 the :class:`~serve.metrics.RequestTimer` middleware's cost per request, an in-process ASGI call of a
 trivial app with and without it (µs, median of 5 rounds of 20,000 calls).
@@ -82,7 +83,7 @@ def agent_case(jobs: int, slots: int) -> dict:
         for _ in range(10_000):
             metrics.slot(row, decision, [True, True], None)
         slot_us = (time.perf_counter() - t0) / 10_000 * 1e6
-        http = AgentHttp(make_app(state, metrics.scrape), "127.0.0.1", 0)
+        http = AgentHttp(make_app(state, metrics.scrape, max_age_s=0.0), "127.0.0.1", 0)  # every GET builds
         try:
             st, st_bytes = _get(f"{http.url}/api/state")
             sc, sc_bytes = _get(f"{http.url}/metrics")
