@@ -4,10 +4,10 @@ per-request instruments.
     .venv/bin/python tests/bench/bench_dashboard.py [--jobs 10 --jobs 100] [--slots 100] [--json]
 
 For each ``--jobs N``: the real control loop (DRF) steps ``--slots`` slots of an in-memory cluster of two
-nodes (the fast test's :class:`TinyCluster`, its capacity scaled so that every job runs; every job gets a history row per slot it runs and a scaling
-event per change); then, over the agent's real HTTP server on loopback, ``GET /api/state`` and
-``GET /metrics`` (median and p90 of 30 requests each, ms, each one building its answer: the server's
-1 s sharing is off here; the answer's bytes), and in-process the build
+nodes (the fast test's :class:`TinyCluster`, its capacity scaled so that every job runs; every job gets a
+history row per slot it runs and a scaling event per change); then, over the agent's real HTTP server
+on loopback, ``GET /api/state`` and ``GET /metrics`` (median and p90 of 30 requests each, ms, each one
+building its answer: the server's 1 s sharing is off here; the answer's bytes), and in-process the build
 of the state alone and one :meth:`AgentMetrics.slot` call (the loop's added work per slot, µs). Serve:
 the :class:`~serve.metrics.RequestTimer` middleware's cost per request, an in-process ASGI call of a
 trivial app with and without it (µs, median of 5 rounds of 20,000 calls).
