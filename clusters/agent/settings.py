@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dl2ray.config import ConfigError, ExperimentConfig, format_validation_error, load_config, read_yaml
 
@@ -39,6 +39,19 @@ class Dashboard(FrozenModel):
     enabled: bool = Field(default=True, description="serve the dashboard and /metrics")
     host: str = Field(default="127.0.0.1", description="address to bind (0.0.0.0: every interface)")
     port: int = Field(default=8266, ge=0, le=65535, description="port; a free one if taken (0: always)")
+
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, host: str) -> str:
+        import ipaddress
+
+        if host != "localhost":
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ValueError(f"{host!r} is not an IPv4 address to bind (127.0.0.1, 0.0.0.0) "
+                                 "or localhost") from None
+        return host
 
 
 class AgentSettings(FrozenModel):

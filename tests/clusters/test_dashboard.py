@@ -283,3 +283,20 @@ def test_the_state_is_built_at_most_once_per_max_age_whoever_asks() -> None:
     assert [latest() for _ in range(5)] == [1] * 5 and len(calls) == 1
     fresh = Latest(lambda: calls.append(1) or len(calls), max_age_s=0.0)
     assert fresh() < fresh()  # max_age 0: every call computes again
+
+
+def test_a_bad_dashboard_setting_names_its_field(tmp_path: Path) -> None:
+    from clusters.ray.config import load_live_config
+    from dl2ray.config import ConfigError
+
+    for bad, field in (({"host": "not a host"}, "live.dashboard.host"),
+                       ({"port": 70000}, "live.dashboard.port"), ({"colour": "red"}, "live.dashboard.colour")):
+        path = tmp_path / "live.yaml"
+        path.write_text(json.dumps({"live": {"experiment": str(ROOT / "configs" / "testbed.yaml"),
+                                             "dashboard": bad}}))
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            load_live_config(path)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(json.dumps({"live": {"experiment": str(ROOT / "configs" / "testbed.yaml"),
+                                       "dashboard": {"host": "0.0.0.0", "port": 0}}}))
+    assert load_live_config(ok).live.dashboard.port == 0
