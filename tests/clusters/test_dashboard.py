@@ -289,8 +289,9 @@ def test_a_bad_dashboard_setting_names_its_field(tmp_path: Path) -> None:
     from clusters.ray.config import load_live_config
     from dl2ray.config import ConfigError
 
-    for bad, field in (({"host": "not a host"}, "live.dashboard.host"),
-                       ({"port": 70000}, "live.dashboard.port"), ({"colour": "red"}, "live.dashboard.colour")):
+    cases = (({"host": "not a host"}, "live.dashboard.host"), ({"port": 70000}, "live.dashboard.port"),
+             ({"colour": "red"}, "live.dashboard.colour"))
+    for bad, field in cases:
         path = tmp_path / "live.yaml"
         path.write_text(json.dumps({"live": {"experiment": str(ROOT / "configs" / "testbed.yaml"),
                                              "dashboard": bad}}))
