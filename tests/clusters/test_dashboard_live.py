@@ -55,7 +55,10 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
     from selenium.webdriver.common.by import By
 
     ray, handle, _ = agent
-    for spec in (small_spec("dash-a", epochs=12), small_spec("dash-b", epochs=12, seed=4)):
+    # dash-wait's smallest deployment (a 1.9-core worker and a 0.2-core PS) never fits the 2-core cluster:
+    # it waits first in the queue, "no room"
+    waiting = small_spec("dash-wait", epochs=1, worker={"cpu": 1.9, "gpu": 0, "mem": 0.1})
+    for spec in (small_spec("dash-a", epochs=12), small_spec("dash-b", epochs=12, seed=4), waiting):
         assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
     status = ray.get(handle.status.remote())
     url = status["dashboard_url"]
@@ -69,6 +72,9 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
         return any(j["state"] == "running" and j["workers"] > 0 and j["timeline"] for j in jobs)
 
     wait_for("a job running with a closed slot", running, progress=slots)
+    rows = {j["name"]: j for j in ray.get(handle.jobs.remote())}  # what `jobs list` reads
+    assert rows["dash-wait"]["queue_position"] == 1 and rows["dash-wait"]["state"] == "pending"
+    assert rows["dash-wait"]["wait_reason"].startswith("no room: its smallest deployment needs cpu 2.1 > ")
     state = requests.get(f"{url}/api/state", timeout=60).json()
     assert state["policy"]["scheduler"].startswith("dl2:") and state["nodes"] and state["decisions"]
     metrics = requests.get(f"{url}/metrics", timeout=60).text
@@ -78,13 +84,19 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
     try:
         driver.get(f"{url}/?refresh=0.5")
 
-        def rows() -> dict[str, str]:
-            found = driver.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")
-            return {r.get_attribute("data-job"): r.text for r in found}
+        def page_rows() -> dict[str, str]:
+            # read in one script: the page rebuilds its tables every refresh (elements go stale)
+            return driver.execute_script(
+                "return Object.fromEntries([...document.querySelectorAll('#jobs tr[data-job]')]"
+                ".map(r => [r.dataset.job, r.innerText]))")
 
-        shown = wait_for("both jobs on the page",
-                         lambda: (r := rows()) and {"dash-a", "dash-b"} <= set(r) and r, progress=slots)
+        shown = wait_for("every job on the page",
+                         lambda: (r := page_rows()) and {"dash-a", "dash-b", "dash-wait"} <= set(r) and r,
+                         progress=slots)
         assert any("running" in text for text in shown.values()), shown
+        queue = driver.execute_script(
+            "return document.querySelector('#jobs tr[data-job=\"dash-wait\"] td.queue').textContent")
+        assert queue == "1" and "no room" in shown["dash-wait"], shown
         assert driver.find_element(By.ID, "policy").text.startswith("dl2:")
         assert driver.find_element(By.ID, "conn").text.startswith("live")
         assert driver.find_elements(By.CSS_SELECTOR, "#nodes tr[data-node]")
