@@ -77,6 +77,14 @@ def service_env_prefix(job: str) -> str:
 _DROP = {"title", "additionalProperties", "$defs"}
 
 
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` marked nullable; a ``default: null`` dropped (absent is null already, and a null default
+    makes `kubectl apply` see a change in the CRD on every run)."""
+    out = {k: v for k, v in node.items() if not (k == "default" and v is None)}
+    out["nullable"] = True
+    return out
+
+
 def _openapi(node: Any, defs: dict[str, Any]) -> Any:
     """JSON Schema (pydantic, draft 2020-12) → the OpenAPI v3.0 subset a structural CRD schema takes:
     ``$ref`` inlined, ``anyOf [X, null]`` → ``X`` + ``nullable``, numeric ``exclusiveMinimum`` →
@@ -96,9 +104,7 @@ def _openapi(node: Any, defs: dict[str, Any]) -> Any:
         if len(options) == 1:
             rest = {k: v for k, v in node.items() if k != "anyOf"}
             merged = _openapi({**options[0], **rest}, defs)
-            if nullable:
-                merged["nullable"] = True
-            return merged
+            return _nullable(merged) if nullable else merged
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:
@@ -130,8 +136,17 @@ def openapi_schema() -> Obj:
     return spec
 
 
+def _counts() -> Obj:
+    return {
+        "type": "object",
+        "properties": {
+            "desired": {"type": "integer", "description": "of the scheduler's last allocation"},
+            "ready": {"type": "integer", "description": "in the coordinator's plan"},
+        },
+    }
+
+
 def _status_schema() -> Obj:
-    counts = {"type": "object", "properties": {"desired": {"type": "integer"}, "ready": {"type": "integer"}}}
     return {
         "type": "object",
         "description": "Written by the dl2ray agent.",
@@ -143,8 +158,8 @@ def _status_schema() -> Obj:
             "jobId": {"type": "integer"},
             "epochsDone": {"type": "number"},
             "estEpochs": {"type": "number"},
-            "ps": counts,
-            "workers": counts,
+            "ps": _counts(),
+            "workers": _counts(),
             "coordinator": {"type": "string", "description": "tcp://IP:PORT of the coordinator pod"},
             "submittedAt": {"type": "number", "description": "Unix seconds the agent first saw the job"},
             "mark": {
@@ -165,6 +180,7 @@ def _status_schema() -> Obj:
             "replaced": {"type": "integer", "description": "member pods that failed or were evicted"},
             "conditions": {
                 "type": "array",
+                "description": "Valid, Created, Running, Suspended, Finished (docs/kubernetes.md)",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {
@@ -186,10 +202,18 @@ def _status_schema() -> Obj:
 def crd() -> Obj:
     """The ``CustomResourceDefinition`` of DL2Job (configs/k8s/crd.yaml is this, written out)."""
     columns = [
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Workers", "type": "integer", "jsonPath": ".status.workers.ready"},
-        {"name": "PS", "type": "integer", "jsonPath": ".status.ps.ready"},
-        {"name": "Epochs", "type": "number", "jsonPath": ".status.epochsDone"},
+        {"name": "State", "type": "string", "jsonPath": ".status.phase",
+         "description": "Pending, Running, Suspended, Succeeded, Failed or Invalid"},
+        {"name": "PS", "type": "integer", "jsonPath": ".status.ps.ready",
+         "description": "parameter servers in the coordinator's plan"},
+        {"name": "Workers", "type": "integer", "jsonPath": ".status.workers.ready",
+         "description": "workers in the coordinator's plan"},
+        {"name": "Epochs", "type": "number", "jsonPath": ".status.epochsDone",
+         "description": "epochs trained"},
+        {"name": "Desired PS", "type": "integer", "jsonPath": ".status.ps.desired", "priority": 1,
+         "description": "parameter servers of the scheduler's last allocation"},
+        {"name": "Desired Workers", "type": "integer", "jsonPath": ".status.workers.desired", "priority": 1,
+         "description": "workers of the scheduler's last allocation"},
         {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
