@@ -35,6 +35,7 @@ Members reach the coordinator through the Service's environment variables
 from __future__ import annotations
 
 import copy
+import zlib
 from typing import Any
 
 from dl2ray.jobspec import JobSpec, TaskDemand
@@ -279,6 +280,34 @@ def spec_of(obj: Obj) -> tuple[dict[str, Any], bool]:
     suspend = bool(raw.pop("suspend", False))
     raw.setdefault("name", obj["metadata"]["name"])
     return raw, suspend
+
+
+def event(job_obj: Obj, reason: str, message: str, type_: str, key: str, now: str) -> Obj:
+    """A core/v1 Event on a DL2Job, named from its job's uid, ``reason`` and ``key`` (so the same
+    occurrence written twice is one Event: the second create gets 409). ``now``: RFC 3339."""
+    meta = job_obj["metadata"]
+    digest = f"{zlib.crc32((meta.get('uid', '') + reason + key).encode()) & 0xFFFFFFFF:08x}"
+    namespace = meta.get("namespace", "default")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{digest}", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": meta["name"],
+            "namespace": namespace,
+            "uid": meta.get("uid", ""),
+        },
+        "reason": reason,
+        "message": message[:1000],
+        "type": type_,
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "dl2ray-agent"},
+        "reportingComponent": "dl2ray-agent",
+    }
 
 
 # ---- a job's pods ---------------------------------------------------------------------------------
