@@ -11,6 +11,10 @@ behaviour: subclass it) that adds:
   resources (kind, singular, short names, categories, scope, subresources), so
   discovery shows them as an API server's does, and writes the CRD's status
   (``acceptedNames``, ``NamesAccepted`` and ``Established``);
+* **errors** carry the API's ``reason`` for their code (``NotFound``,
+  ``AlreadyExists``, …; kmock writes ``Object Not Found``, and kubectl before
+  1.22 recognises a missing object by that reason only, so ``kubectl apply``
+  could not create anything);
 * **discovery** fixes: ``/api/v1`` answers ``groupVersion: v1`` (kmock writes
   ``/v1``, which kubectl rejects), ``singularName`` is the lower-case kind and
   ``verbs`` the full set when not declared;
@@ -49,6 +53,12 @@ VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update
 CRD_RESOURCE = resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 TABLE = re.compile(r"as=Table;\s*v=v1;\s*g=meta\.k8s\.io")
 _PATH = re.compile(r"^(\.[A-Za-z0-9_-]+(\[\d+\])?)+$")
+REASONS = {
+    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+    409: "AlreadyExists", 410: "Gone", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
+    503: "ServiceUnavailable", 504: "Timeout",
+}
+"""metav1.StatusReason of each HTTP code the server answers with."""
 NAME_COLUMN = {
     "name": "Name",
     "type": "string",
@@ -177,6 +187,11 @@ class ApiServer(KubernetesEmulator):
     """kmock's emulator plus the API-server behaviour in the module docstring."""
 
     _versions: itertools.count = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    async def _render_error(self, exc: Exception) -> Any:
+        if isinstance(exc, KubernetesError) and exc.status in REASONS:
+            exc = attrs.evolve(exc, reason=REASONS[exc.status])
+        return await super()._render_error(exc)
 
     async def _handle(self, request: Request) -> Any:
         creates = request.resource is not None and request.action == action.CREATE

@@ -34,6 +34,22 @@ def kubectl_for(emu: Emulator, tmp: Path) -> Kubectl:
     return Kubectl(emu.kubeconfig(tmp / "kubeconfig"), tmp / "home")
 
 
+@pytest.fixture()
+def kube(bare, tmp_path):
+    """kubectl on ``bare``, the CRD applied with it."""
+    k = kubectl_for(bare, tmp_path)
+    k.run("apply", "--validate=false", "-f", str(CONFIGS / "crd.yaml"))
+    return k
+
+
+@pytest.fixture()
+def crd_cluster(bare, kube, tmp_path):
+    """The test cluster (conftest's ``cluster``) on ``bare`` once the CRD is applied."""
+    c = Cluster(bare, tmp_path, [node(n, cpu="2", memory="4Gi") for n in ("node-a", "node-b")])
+    yield c
+    c.close()
+
+
 def applied(out: str) -> dict[str, str]:
     """``kubectl apply`` output → {kind/name: created | unchanged | configured}."""
     return dict(line.rsplit(" ", 1) for line in out.splitlines() if line.strip())
@@ -97,9 +113,10 @@ def test_kubectl_applies_configs_k8s_and_applying_again_changes_nothing(bare, tm
                              "SUSPEND", "AGE"]
 
 
-def test_kubectl_shows_an_invalid_job_and_a_suspended_one_with_conditions_and_events(cluster, tmp_path):
-    k = kubectl_for(cluster.emu, tmp_path)
-    k.run("apply", "--validate=false", "-f", str(CONFIGS / "crd.yaml"))
+def test_kubectl_shows_an_invalid_job_and_a_suspended_one_with_conditions_and_events(
+    crd_cluster, kube, tmp_path
+):
+    cluster, k = crd_cluster, kube
     bad = ko.dl2job(small_job("bad-job"), NS)
     bad["spec"]["workers"] = {"min": 3, "max": 2}
     held = ko.dl2job(small_job("held-job"), NS, suspend=True)
@@ -148,18 +165,10 @@ def ko_job_id(name: str) -> int:
 
 
 @pytest.mark.slow
-def test_a_job_seen_through_kubectl_while_the_agent_scales_pauses_suspends_and_finishes_it(bare, tmp_path):
-    k = kubectl_for(bare, tmp_path)
-    k.run("apply", "--validate=false", "-f", str(CONFIGS / "crd.yaml"))
-    nodes = [node("node-a", cpu="2", memory="4Gi"), node("node-b", cpu="2", memory="4Gi")]
-    cluster = Cluster(bare, tmp_path, nodes)
-    try:
-        _lifecycle(cluster, k, tmp_path)
-    finally:
-        cluster.close()
-
-
-def _lifecycle(cluster: Cluster, k: Kubectl, tmp: Path) -> None:
+def test_a_job_seen_through_kubectl_while_the_agent_scales_pauses_suspends_and_finishes_it(
+    crd_cluster, kube, tmp_path
+):
+    cluster, k, tmp = crd_cluster, kube, tmp_path
     k.run("apply", "--validate=false", "-f", str(job_yaml(tmp, ko.dl2job(small_job("mlp-k"), NS))))
     tiny = small_job("tiny-k", epochs=2, samples=64, sample_delay_s=0.0)
     k.run("apply", "--validate=false", "-f", str(job_yaml(tmp, ko.dl2job(tiny, NS))))
