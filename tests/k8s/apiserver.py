@@ -6,7 +6,9 @@ behaviour: subclass it) that adds:
 
 * **metadata on create**: ``uid``, ``creationTimestamp``, ``resourceVersion``,
   ``generation`` and the namespace of the URL (only where the client did not
-  send them);
+  send them), and the answer ``201 Created`` (kmock answers 200, and the
+  official Python client's ``create_namespaced_custom_object`` decodes the
+  body of a 201 only);
 * **CustomResourceDefinitions**: creating one registers its served versions as
   resources (kind, singular, short names, categories, scope, subresources), so
   discovery shows them as an API server's does, and writes the CRD's status
@@ -47,7 +49,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
-from kmock import KubernetesEmulator, KubernetesError, Request, ResourceInfo, action, resource
+from kmock import KubernetesEmulator, KubernetesError, Request, ResourceInfo, Response, action, resource
 
 VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 CRD_RESOURCE = resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -287,6 +289,9 @@ class ApiServer(KubernetesEmulator):
             "metadata": {"resourceVersion": str(next(self._versions))},
             "items": items,
         }
+
+    async def _serve_create(self, request: Request) -> Any:
+        return Response(status=201, payload=await super()._serve_create(request))
 
     async def _serve_fetch(self, request: Request) -> Any:
         obj = await super()._serve_fetch(request)
