@@ -54,7 +54,7 @@ test-fast: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
 
-test: kubectl lint test-fast test-slow
+test: lint test-fast test-slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

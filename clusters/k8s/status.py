@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -39,8 +38,6 @@ from clusters.k8s.world import TERMINAL_JOBS, TERMINAL_PODS, JobState, World, po
 
 HISTORY = 20
 """Per-slot observations kept in a DL2Job's status."""
-
-log = logging.getLogger(__name__)
 
 
 def _now_iso() -> str:
