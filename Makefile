@@ -12,7 +12,7 @@ WHEELS := /opt/wheels
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test test-fast test-slow lint install clean
+.PHONY: demo test test-fast test-slow lint install kubectl clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# The real kubectl for tests/k8s/test_k8s_kubectl.py (skipped without it, except on CI): Debian's
+# kubernetes-client when no kubectl is on PATH (apt-get as root, else through sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+		command -v apt-get >/dev/null 2>&1 || { echo "make kubectl: no kubectl and no apt-get: install kubectl" >&2; exit 1; }; \
+		echo "installing kubectl (Debian's kubernetes-client)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends kubernetes-client; }
+	@kubectl version --client 2>/dev/null | head -1
 
 demo: $(STAMP)
 	$(BIN)/dl2ray demo
