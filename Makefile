@@ -12,7 +12,7 @@ WHEELS := /opt/wheels
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test test-fast test-slow lint install browser clean
+.PHONY: demo test test-fast test-slow lint install kubectl browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# The real kubectl for tests/k8s/test_k8s_kubectl.py (skipped without it, except on CI): Debian's
+# kubernetes-client when no kubectl is on PATH (apt-get as root, else through sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+		command -v apt-get >/dev/null 2>&1 || { echo "make kubectl: no kubectl and no apt-get: install kubectl" >&2; exit 1; }; \
+		echo "installing kubectl (Debian's kubernetes-client)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends kubernetes-client; }
+	@kubectl version --client 2>/dev/null | head -1
+
 demo: $(STAMP)
 	$(BIN)/dl2ray demo
 
@@ -41,16 +51,17 @@ lint: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-test-slow: $(STAMP) browser
+test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
 
-# The dashboard's browser test (tests/clusters/test_dashboard_live.py) drives Debian's chromium through its
-# chromedriver; installed here when missing (as root, as CI runs), else the test says how.
+# Chromium and its driver for tests/clusters/test_dashboard_live.py (skipped without them, except on CI):
+# Debian's chromium + chromium-driver when either is missing (apt-get as root, else through sudo).
 browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
-	else echo "make browser: chromium/chromedriver missing (apt-get install -y chromium chromium-driver)"; fi
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+		command -v apt-get >/dev/null 2>&1 || { echo "make browser: no chromium and no apt-get: install chromium and chromedriver" >&2; exit 1; }; \
+		echo "installing chromium and chromium-driver (Debian's)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	@chromedriver --version 2>/dev/null | head -1
 
 test: lint test-fast test-slow
 

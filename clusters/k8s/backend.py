@@ -71,7 +71,8 @@ class KubernetesBackend:
         self._pool = ThreadPoolExecutor(max_workers=settings.parallel_jobs, thread_name_prefix="k8s-job")
         self.world = World.empty(settings.pods.coordinator_port)
         self.status_writer = StatusWriter(api, settings, clock)
-        self.reconciler = Reconciler(api, settings, catalogue, placement, self.coordinators, self._pool)
+        self.reconciler = Reconciler(api, settings, catalogue, placement, self.coordinators, self._pool,
+                                     self.status_writer)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

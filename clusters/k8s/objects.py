@@ -35,6 +35,7 @@ Members reach the coordinator through the Service's environment variables
 from __future__ import annotations
 
 import copy
+import zlib
 from typing import Any
 
 from dl2ray.jobspec import JobSpec, TaskDemand
@@ -77,6 +78,14 @@ def service_env_prefix(job: str) -> str:
 _DROP = {"title", "additionalProperties", "$defs"}
 
 
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` marked nullable; a ``default: null`` dropped (absent is null already, and a null default
+    makes `kubectl apply` see a change in the CRD on every run)."""
+    out = {k: v for k, v in node.items() if not (k == "default" and v is None)}
+    out["nullable"] = True
+    return out
+
+
 def _openapi(node: Any, defs: dict[str, Any]) -> Any:
     """JSON Schema (pydantic, draft 2020-12) → the OpenAPI v3.0 subset a structural CRD schema takes:
     ``$ref`` inlined, ``anyOf [X, null]`` → ``X`` + ``nullable``, numeric ``exclusiveMinimum`` →
@@ -96,9 +105,7 @@ def _openapi(node: Any, defs: dict[str, Any]) -> Any:
         if len(options) == 1:
             rest = {k: v for k, v in node.items() if k != "anyOf"}
             merged = _openapi({**options[0], **rest}, defs)
-            if nullable:
-                merged["nullable"] = True
-            return merged
+            return _nullable(merged) if nullable else merged
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:
@@ -130,8 +137,17 @@ def openapi_schema() -> Obj:
     return spec
 
 
+def _counts() -> Obj:
+    return {
+        "type": "object",
+        "properties": {
+            "desired": {"type": "integer", "description": "of the scheduler's last allocation"},
+            "ready": {"type": "integer", "description": "in the coordinator's plan"},
+        },
+    }
+
+
 def _status_schema() -> Obj:
-    counts = {"type": "object", "properties": {"desired": {"type": "integer"}, "ready": {"type": "integer"}}}
     return {
         "type": "object",
         "description": "Written by the dl2ray agent.",
@@ -143,8 +159,8 @@ def _status_schema() -> Obj:
             "jobId": {"type": "integer"},
             "epochsDone": {"type": "number"},
             "estEpochs": {"type": "number"},
-            "ps": counts,
-            "workers": counts,
+            "ps": _counts(),
+            "workers": _counts(),
             "coordinator": {"type": "string", "description": "tcp://IP:PORT of the coordinator pod"},
             "submittedAt": {"type": "number", "description": "Unix seconds the agent first saw the job"},
             "mark": {
@@ -165,6 +181,7 @@ def _status_schema() -> Obj:
             "replaced": {"type": "integer", "description": "member pods that failed or were evicted"},
             "conditions": {
                 "type": "array",
+                "description": "Valid, Created, Running, Suspended, Finished (docs/kubernetes.md)",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {
@@ -186,10 +203,18 @@ def _status_schema() -> Obj:
 def crd() -> Obj:
     """The ``CustomResourceDefinition`` of DL2Job (configs/k8s/crd.yaml is this, written out)."""
     columns = [
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Workers", "type": "integer", "jsonPath": ".status.workers.ready"},
-        {"name": "PS", "type": "integer", "jsonPath": ".status.ps.ready"},
-        {"name": "Epochs", "type": "number", "jsonPath": ".status.epochsDone"},
+        {"name": "State", "type": "string", "jsonPath": ".status.phase",
+         "description": "Pending, Running, Suspended, Succeeded, Failed or Invalid"},
+        {"name": "PS", "type": "integer", "jsonPath": ".status.ps.ready",
+         "description": "parameter servers in the coordinator's plan"},
+        {"name": "Workers", "type": "integer", "jsonPath": ".status.workers.ready",
+         "description": "workers in the coordinator's plan"},
+        {"name": "Epochs", "type": "number", "jsonPath": ".status.epochsDone",
+         "description": "epochs trained"},
+        {"name": "Desired PS", "type": "integer", "jsonPath": ".status.ps.desired", "priority": 1,
+         "description": "parameter servers of the scheduler's last allocation"},
+        {"name": "Desired Workers", "type": "integer", "jsonPath": ".status.workers.desired", "priority": 1,
+         "description": "workers of the scheduler's last allocation"},
         {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
@@ -255,6 +280,34 @@ def spec_of(obj: Obj) -> tuple[dict[str, Any], bool]:
     suspend = bool(raw.pop("suspend", False))
     raw.setdefault("name", obj["metadata"]["name"])
     return raw, suspend
+
+
+def event(job_obj: Obj, reason: str, message: str, type_: str, key: str, now: str) -> Obj:
+    """A core/v1 Event on a DL2Job, named from its job's uid, ``reason`` and ``key`` (so the same
+    occurrence written twice is one Event: the second create gets 409). ``now``: RFC 3339."""
+    meta = job_obj["metadata"]
+    digest = f"{zlib.crc32((meta.get('uid', '') + reason + key).encode()) & 0xFFFFFFFF:08x}"
+    namespace = meta.get("namespace", "default")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{digest}", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": meta["name"],
+            "namespace": namespace,
+            "uid": meta.get("uid", ""),
+        },
+        "reason": reason,
+        "message": message[:1000],
+        "type": type_,
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "dl2ray-agent"},
+        "reportingComponent": "dl2ray-agent",
+    }
 
 
 # ---- a job's pods ---------------------------------------------------------------------------------

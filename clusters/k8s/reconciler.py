@@ -14,6 +14,10 @@ coordinator's plan on the target.
   command line.
 * Applying the same allocation twice changes nothing (no writes); spare
   member pods an unfinished operation left standby are deleted.
+* Each job it changed gets its status (ready counts, phase, conditions) and
+  one Event for the change at once (:meth:`StatusWriter.applied
+  <clusters.k8s.status.StatusWriter.applied>`: ``Started``, ``Scaled``,
+  ``Paused``, ``Suspended``, ``Resumed``, or the Warning ``ScaleFailed``).
 
 Jobs are converged in parallel (``parallel_jobs``); their waits on pods share
 one pod listing per period (:class:`PodPoll`).
@@ -21,6 +25,7 @@ one pod listing per period (:class:`PodPoll`).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -33,6 +38,7 @@ from clusters.agent.reports import ApplyReport, ScaleAction
 from clusters.k8s import objects as ko
 from clusters.k8s.api import ApiGiveUp, KubeApi
 from clusters.k8s.config import K8sSettings
+from clusters.k8s.status import StatusWriter
 from clusters.k8s.world import (
     TERMINAL_JOBS,
     TERMINAL_PODS,
@@ -47,6 +53,8 @@ from dl2ray.view import Allocation, Tasks
 from dl2ray.workload import JobCatalogue
 from elastic_mxnet.job import ScaleRefused
 from elastic_mxnet.messages import StatusReply
+
+log = logging.getLogger(__name__)
 
 
 class PodPoll:
@@ -72,12 +80,13 @@ class PodPoll:
 
 
 class Reconciler:
-    """Applies allocations to the cluster (module docstring); ``placement``: the view's placement policy."""
+    """Applies allocations to the cluster (module docstring); ``placement``: the view's placement policy;
+    ``status``: where each change is reported (status and Event)."""
 
     def __init__(self, api: KubeApi, settings: K8sSettings, catalogue: JobCatalogue, placement: str,
-                 coordinators: Coordinators, pool: Executor) -> None:
+                 coordinators: Coordinators, pool: Executor, status: StatusWriter) -> None:
         self.api, self.cfg, self.catalogue, self.placement = api, settings, catalogue, placement
-        self.coordinators, self._pool = coordinators, pool
+        self.coordinators, self._pool, self.status = coordinators, pool, status
         self.world = World.empty(settings.pods.coordinator_port)
         self._poll = PodPoll(api)
 
@@ -150,10 +159,15 @@ class Reconciler:
             if nodes is not None:
                 placed.append((js, action, nodes))
         results = self._pool.map(lambda item: self._converge(*item), placed)
-        for (_js, action, _nodes), err in zip(placed, results, strict=True):
+        for (js, action, _nodes), err in zip(placed, results, strict=True):
             report.actions.append(action)
             if err:
                 report.errors.append(f"{action.job}: {err}")
+            try:
+                self.status.applied(js, action, report.slot)
+            except ApiGiveUp as exc:  # the change is made; its report waits for the next slot's status
+                log.warning("%s: reporting the change: %s", action.job, exc)
+                report.errors.append(f"{action.job}: status: {exc}")
 
     def _place(
         self, placer: MemberPlacer, js: JobState, action: ScaleAction, allocation: Allocation
@@ -328,3 +342,5 @@ class Reconciler:
                     report.actions.append(
                         ScaleAction(js.name, target, target, True, "spare deleted", deleted=[name])
                     )
+                    self.status.event(js, "SpareDeleted", f"{name}: a standby member beyond the plan",
+                                      key=name)

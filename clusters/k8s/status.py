@@ -10,21 +10,29 @@
   gone are deleted; so are member pods that ended (released members exit on
   their own; failed or evicted ones are reported as a ``MemberFailed`` Warning
   event and dropped, and the coordinator drops them from its plan).
-* **events**: core/v1 Events on the DL2Job, named from their content, so each
-  is reported once however often it is seen (an invalid spec: ``InvalidSpec``
-  naming the field).
+* **after an apply** (:meth:`StatusWriter.applied`, called by the reconciler
+  for each job it changed): the ready counts, phase and conditions the change
+  made, written at once (``kubectl get`` shows them before the next slot), and
+  one Event for the change (:func:`clusters.k8s.conditions.scale_event`).
+* **conditions** (:mod:`clusters.k8s.conditions`): ``Valid``, ``Created``,
+  ``Running``, ``Suspended``, ``Finished``.
+* **events**: core/v1 Events on the DL2Job, named from its uid and their
+  content, so each is reported once however often it is seen: ``InvalidSpec``
+  naming the field, ``MemberFailed``, the scaling events, and ``Succeeded`` /
+  ``Failed`` (Warning) when the job ends.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from clusters.agent.reports import ScaleAction
 from clusters.k8s import objects as ko
 from clusters.k8s.api import KubeApi
+from clusters.k8s.conditions import Seen, job_conditions, scale_event
 from clusters.k8s.config import K8sSettings
 from clusters.k8s.world import TERMINAL_JOBS, TERMINAL_PODS, JobState, World, pod_phase
 
@@ -86,12 +94,12 @@ class StatusWriter:
         if js.error is not None:
             js.phase = "Invalid"
             before: dict = next((c for c in st.get("conditions") or [] if c.get("type") == "Valid"), {})
-            self._condition(st, "Valid", "False", "InvalidSpec", js.error)
             if before.get("message") != js.error:  # reported once per distinct problem
                 self.event(js, "InvalidSpec", js.error, kind="Warning", key=js.error)
         else:
-            self._condition(st, "Valid", "True", "Validated", "the spec is valid")
             js.phase = self._phase(js)
+            if js.phase in TERMINAL_JOBS and st.get("phase") != js.phase:
+                self._finished(js)
         st["phase"] = js.phase
         if js.spec is not None:
             st["estEpochs"] = js.spec.epochs
@@ -118,13 +126,7 @@ class StatusWriter:
             if js.coordinator is not None and (addr := world.address(js)):
                 st["coordinator"] = addr
             self._close_slot(js, slot, now, (last["ps"], last["workers"]))
-        self._condition(
-            st,
-            "Suspended",
-            "True" if js.suspend else "False",
-            "Suspended" if js.suspend else "NotSuspended",
-            "spec.suspend is " + str(js.suspend).lower(),
-        )
+        self._conditions(js)
         if json.dumps(st, sort_keys=True) != old:
             self.api.patch_status(js.name, st)
             js.obj["status"] = json.loads(json.dumps(st))
@@ -169,46 +171,48 @@ class StatusWriter:
             st["history"] = hist[-HISTORY:]
         st["mark"] = {"slot": slot, "time": round(now, 3), "epochs": epochs}
 
-    @staticmethod
-    def _condition(st: dict, type_: str, status: str, reason: str, message: str) -> None:
-        conds = [c for c in st.get("conditions") or [] if c.get("type") != type_]
-        old = next((c for c in st.get("conditions") or [] if c.get("type") == type_), None)
-        when = old["lastTransitionTime"] if old and old.get("status") == status else _now_iso()
-        if old and old.get("status") == status and old.get("message") == message:
-            conds.append(old)
-        else:
-            conds.append(
-                {
-                    "type": type_,
-                    "status": status,
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": when,
-                }
-            )
-        st["conditions"] = sorted(conds, key=lambda c: c["type"])
+    def _conditions(self, js: JobState) -> None:
+        st = js.status
+        seen = Seen(
+            phase=js.phase,
+            error=js.error,
+            created=js.coordinator is not None,
+            suspend=js.suspend,
+            plan=(int(st.get("ps", {}).get("ready", 0)), int(st.get("workers", {}).get("ready", 0))),
+            epochs=float(st.get("epochsDone", 0.0)),
+        )
+        st["conditions"] = job_conditions(list(st.get("conditions") or []), seen, _now_iso())
+
+    def _finished(self, js: JobState) -> None:
+        if js.phase == "Succeeded":
+            assert js.spec is not None
+            self.event(js, "Succeeded", f"trained {js.spec.epochs:g} epochs", key="finished")
+            return
+        pod = js.coordinator or {}
+        why = (pod.get("status") or {}).get("reason") or (pod.get("status") or {}).get("message") or "Failed"
+        self.event(js, "Failed", f"the coordinator pod {pod.get('metadata', {}).get('name')} failed: {why}",
+                   kind="Warning", key="finished")
+
+    def applied(self, js: JobState, action: ScaleAction, slot: int) -> None:
+        """After the reconciler changed one job: one Event for the change and, when it went through, the
+        ready counts, phase and conditions it made, written now (only where they changed)."""
+        kind, reason, message = scale_event(action, js.suspend)
+        self.event(js, reason, message, kind=kind, key=f"{slot}:{action.before}->{action.target}:{action.ok}")
+        if not action.ok:
+            return
+        st = js.status
+        keys = ("phase", "ps", "workers", "conditions")
+        old = json.dumps({k: st.get(k) for k in keys}, sort_keys=True)
+        st["ps"] = {**st.get("ps", {}), "ready": action.target[0]}
+        st["workers"] = {**st.get("workers", {}), "ready": action.target[1]}
+        js.phase = self._phase(js)
+        st["phase"] = js.phase
+        self._conditions(js)
+        new = {k: st[k] for k in keys}
+        if json.dumps(new, sort_keys=True) != old:
+            self.api.patch_status(js.name, new)
 
     def event(self, js: JobState, reason: str, message: str, kind: str = "Normal", key: str = "") -> None:
-        """A core/v1 Event on the DL2Job, named from its content: reported once, however often it is seen."""
-        digest = f"{zlib.crc32((reason + key).encode()) & 0xFFFFFFFF:08x}"
-        meta = js.obj["metadata"]
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{js.name}.{digest}", "namespace": self.api.namespace},
-            "involvedObject": {
-                "apiVersion": ko.API_VERSION,
-                "kind": ko.KIND,
-                "name": js.name,
-                "namespace": self.api.namespace,
-                "uid": meta.get("uid", ""),
-            },
-            "reason": reason,
-            "message": message[:1000],
-            "type": kind,
-            "count": 1,
-            "firstTimestamp": _now_iso(),
-            "lastTimestamp": _now_iso(),
-            "source": {"component": "dl2ray-agent"},
-        }
-        self.api.create(event)
+        """A core/v1 Event on the DL2Job (:func:`clusters.k8s.objects.event`): reported once, however
+        often the same occurrence (``reason`` + ``key``) is seen."""
+        self.api.create(ko.event(js.obj, reason, message, kind, key, _now_iso()))

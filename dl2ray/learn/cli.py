@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Protocol
@@ -151,10 +152,13 @@ def train_rl(
         help="paper: TD actor-critic on slot rewards; improve: rollout policy improvement with per-step "
              "credit (policy.improve); counterfactual: per-job counterfactual policy optimisation of the "
              "shape policy (policy.shape); pg: on-policy per-job policy gradient of the shape policy with a "
-             "learned value baseline (dl2ray.learn.shape_pg)")] = "paper",
+             "learned value baseline (dl2ray.learn.shape_pg); mix: both in one update "
+             "(dl2ray.learn.shape_mix)")] = "paper",
     credit: Annotated[str, typer.Option(
-        help="pg: a job choice's return: job (its own remaining JCT) or slot (every job's remaining JCT "
-             "from that slot on)")] = "job",
+        help="pg, mix: a job choice's return: job (its own remaining JCT) or slot (every job's remaining "
+             "JCT from that slot on)")] = "job",
+    mix_weight: Annotated[float, typer.Option(
+        help="mix: the on-policy surrogate's weight beside the counterfactual loss")] = 1.0,
     zero_advantage: Annotated[bool, typer.Option(
         help="the control run: advantages set to 0 (paper) / shuffled among the tried rows "
              "(counterfactual) / labels drawn without the outcomes (improve)")
@@ -187,18 +191,20 @@ def train_rl(
     if twin not in ("config", "observed"):
         raise UserError(f"--twin: {twin!r}: known: config, observed")
     if twin != "config" and algo not in rl.SHAPE_ALGOS:
-        raise UserError(f"--twin {twin}: only --algo counterfactual and pg learn in a twin")
+        raise UserError(f"--twin {twin}: only --algo counterfactual, pg and mix learn in a twin")
     if credit not in ("job", "slot"):
         raise UserError(f"--credit: {credit!r}: known: job, slot")
-    if algo == "pg" and agents > 1:
-        raise UserError("--algo pg: single process only (A3C runs paper or counterfactual)")
+    if algo in ("pg", "mix") and agents > 1:
+        raise UserError(f"--algo {algo}: single process only (A3C runs paper or counterfactual)")
+    if mix_weight < 0 or not math.isfinite(mix_weight):
+        raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
     replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
     opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
                         algo=algo, zero_advantage=zero_advantage, twin=twin,  # type: ignore[arg-type]
-                        credit=credit)  # type: ignore[arg-type]
+                        credit=credit, mix_weight=mix_weight)  # type: ignore[arg-type]
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

@@ -241,6 +241,69 @@ def _all_jobs_logp(net: ShapePolicyNet, batch: PaddedSlots) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).masked_fill(~batch.masks, 0.0)
 
 
+class ImprovementTarget:
+    """The per-job targets of one KL-limited improvement on ``data``'s tries (module docstring, "Update"),
+    fixed before the first Adam step: :meth:`loss` is what every step minimises, :meth:`moved` the mean
+    ``KL(π_old ‖ π_θ)`` over every job of the update's slots. :func:`improve_policy` steps on it alone;
+    the mixed learner (:mod:`dl2ray.learn.shape_mix`) adds the on-policy surrogate to its loss.
+
+    ``empty``: no try had two rows (nothing to learn from); then :meth:`loss` is never called."""
+
+    def __init__(self, net: ShapePolicyNet, data: Collected, kl: float,
+                 control: np.random.Generator | None = None) -> None:
+        tries = [t for t in data.tries if len(t.actions) > 1]
+        self.empty = not tries
+        if self.empty:
+            return
+        self.batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
+        self.ts = torch.tensor([t.slot for t in tries])
+        self.tj = torch.tensor([t.job for t in tries])
+        self.masks = torch.from_numpy(np.stack([t.mask for t in tries]))
+        width = max(len(t.actions) for t in tries)
+        rows = np.zeros((len(tries), width), np.int64)
+        tried = np.zeros((len(tries), width), bool)
+        for i, t in enumerate(tries):
+            rows[i, :len(t.actions)], tried[i, :len(t.actions)] = t.actions, True
+        self.rows, self.tried = torch.from_numpy(rows), torch.from_numpy(tried)
+        with torch.no_grad():
+            logits = net(self.batch.x, self.batch.present, self.batch.g)[self.ts, self.tj]
+            old = self._restricted_logp(logits).exp().numpy()
+            self.before = _all_jobs_logp(net, self.batch)
+        adv = [t.advantages if control is None else control.permutation(t.advantages) for t in tries]
+        prior = [old[i, :len(t.actions)] for i, t in enumerate(tries)]
+        self.eta = solve_eta(adv, prior, kl) if any(np.ptp(a) > 0 for a in adv) else 1.0
+        target = np.zeros((len(tries), width))
+        kls = []
+        for i, (a, p) in enumerate(zip(adv, prior, strict=True)):
+            w = p * np.exp((a - a.max()) / self.eta)
+            w /= w.sum()
+            target[i, :len(a)] = w
+            kls.append(float(np.sum(w * (np.log(np.maximum(w, 1e-300)) - np.log(np.maximum(p, 1e-300))))))
+        self.target = torch.from_numpy(target).float()
+        self.kl = float(np.mean(kls))
+        gains = [float(t.advantages.max()) for t in tries]
+        self.mean_gain = float(np.mean(gains))
+        self.better = float(np.mean([g > 1e-9 for g in gains]))
+
+    def _restricted_logp(self, logits: torch.Tensor) -> torch.Tensor:
+        """``log π(a | T)`` for the tried rows (−inf on padding); logits (N, K)."""
+        z = logits.gather(1, self.rows).masked_fill(~self.tried, float("-inf"))
+        return torch.log_softmax(z, dim=1)
+
+    def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``−mean_j Σ_{a∈T_j} t_j(a)·log π_θ(a | T_j) − β·H``, and the tried jobs' mean entropy (nats)."""
+        logits = net(self.batch.x, self.batch.present, self.batch.g)[self.ts, self.tj]
+        logp = self._restricted_logp(logits).masked_fill(~self.tried, 0.0)
+        entropy = masked_entropy(logits, self.masks).mean()
+        return -(self.target * logp).sum(dim=1).mean() - entropy_weight * entropy, entropy
+
+    def moved(self, net: ShapePolicyNet) -> float:
+        """Mean ``KL(π_old ‖ π_θ)`` (nats) over every job of the update's slots, tried or not."""
+        with torch.no_grad():
+            kl = (self.before.exp() * (self.before - _all_jobs_logp(net, self.batch))).sum(-1)
+            return float(kl[self.batch.present].mean())
+
+
 def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collected, epochs: int, kl: float,
                    entropy_weight: float, control: np.random.Generator | None = None,
                    trust: float | None = None) -> UpdateStats:
@@ -250,57 +313,17 @@ def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collec
     ``trust``: stop the Adam steps early once the mean ``KL(π_old ‖ π_θ)`` over *every* job of the
     update's slots (tried or not) exceeds it — the shared network moves untried jobs too.
     """
-    tries = [t for t in data.tries if len(t.actions) > 1]
-    if not tries:
+    target = ImprovementTarget(net, data, kl, control)
+    if target.empty:
         return UpdateStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
-    ts = torch.tensor([t.slot for t in tries])
-    tj = torch.tensor([t.job for t in tries])
-    masks = torch.from_numpy(np.stack([t.mask for t in tries]))
-    width = max(len(t.actions) for t in tries)
-    rows = np.zeros((len(tries), width), np.int64)
-    tried = np.zeros((len(tries), width), bool)
-    for i, t in enumerate(tries):
-        rows[i, :len(t.actions)], tried[i, :len(t.actions)] = t.actions, True
-    rows_t, tried_t = torch.from_numpy(rows), torch.from_numpy(tried)
-
-    def restricted_logp(logits: torch.Tensor) -> torch.Tensor:
-        """``log π(a | T)`` for the tried rows (−inf on padding); logits (N, K)."""
-        z = logits.gather(1, rows_t).masked_fill(~tried_t, float("-inf"))
-        return torch.log_softmax(z, dim=1)
-
-    with torch.no_grad():
-        old = restricted_logp(net(batch.x, batch.present, batch.g)[ts, tj]).exp().numpy()
-    adv = [t.advantages if control is None else control.permutation(t.advantages) for t in tries]
-    prior = [old[i, :len(t.actions)] for i, t in enumerate(tries)]
-    eta = solve_eta(adv, prior, kl) if any(np.ptp(a) > 0 for a in adv) else 1.0
-    target = np.zeros((len(tries), width))
-    kls = []
-    for i, (a, p) in enumerate(zip(adv, prior, strict=True)):
-        w = p * np.exp((a - a.max()) / eta)
-        w /= w.sum()
-        target[i, :len(a)] = w
-        kls.append(float(np.sum(w * (np.log(np.maximum(w, 1e-300)) - np.log(np.maximum(p, 1e-300))))))
-    target_t = torch.from_numpy(target).float()
-    if trust is not None:
-        with torch.no_grad():
-            before = _all_jobs_logp(net, batch)
     stats = None
     for _ in range(epochs):
-        logits = net(batch.x, batch.present, batch.g)[ts, tj]
-        logp = restricted_logp(logits).masked_fill(~tried_t, 0.0)
-        entropy = masked_entropy(logits, masks)
-        loss = -(target_t * logp).sum(dim=1).mean() - entropy_weight * entropy.mean()
+        loss, entropy = target.loss(net, entropy_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        stats = (float(loss.detach()), float(entropy.detach().mean()))
-        if trust is not None:
-            with torch.no_grad():
-                moved = (before.exp() * (before - _all_jobs_logp(net, batch))).sum(-1)[batch.present].mean()
-            if float(moved) > trust:
-                break
+        stats = (float(loss.detach()), float(entropy.detach()))
+        if trust is not None and target.moved(net) > trust:
+            break
     assert stats is not None
-    gains = [float(t.advantages.max()) for t in tries]
-    return UpdateStats(stats[0], stats[1], eta, float(np.mean(kls)), float(np.mean(gains)),
-                       float(np.mean([g > 1e-9 for g in gains])))
+    return UpdateStats(stats[0], stats[1], target.eta, target.kl, target.mean_gain, target.better)

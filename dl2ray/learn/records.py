@@ -9,7 +9,10 @@ Update records are typed per kind of learner, never one type whose fields change
   (:class:`~dl2ray.learn.shape_rl.ShapeTrainer`): its loss, the KL divergence from the policy before
   the update, entropy, mean slot reward, mean counterfactual gain, tries, slots and rollouts;
 * :class:`PolicyGradientRow`: an on-policy update of the shape policy (``--algo pg``): surrogate and
-  baseline losses, KL, entropy, mean slot reward, mean credit, slots, job decisions, episodes, steps.
+  baseline losses, KL, entropy, mean slot reward, mean credit, slots, job decisions, episodes, steps;
+* :class:`MixRow`: an update of the shape policy on both (``--algo mix``): both losses, the baseline's,
+  KL, entropy, the greedy episodes' reward, mean gain and mean credit, tries, decisions, rollouts,
+  episodes, steps.
 
 A run's history (:class:`RLResult`, the run JSON ``OUT.json`` and the checkpoint's ``result``) holds the
 records as they are; :func:`update_record` reads one back by its fields (an older shape run, written
@@ -25,14 +28,15 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-ALGOS = ("paper", "improve", "counterfactual", "pg")
+ALGOS = ("paper", "improve", "counterfactual", "pg", "mix")
 """``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
 ``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`);
 ``counterfactual``: per-job counterfactual policy optimisation of the *shape* policy
 (:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`); ``pg``: on-policy per-job policy
-gradient of the shape policy with a learned value baseline (:mod:`dl2ray.learn.shape_pg`)."""
+gradient of the shape policy with a learned value baseline (:mod:`dl2ray.learn.shape_pg`); ``mix``: both
+in one update (:mod:`dl2ray.learn.shape_mix`)."""
 
-SHAPE_ALGOS = ("counterfactual", "pg")
+SHAPE_ALGOS = ("counterfactual", "pg", "mix")
 """The algorithms that train the shape architecture (the others train the paper's)."""
 
 
@@ -51,10 +55,11 @@ class RLOptions:
     steps_per_update: int | None = None  # new steps per update; None: policy.minibatch
     critic_warmup: int = 0  # first updates that train only the value network
     max_grad_norm: float | None = None  # per-network gradient-norm clip; None: no clipping
-    algo: Literal["paper", "improve", "counterfactual", "pg"] = "paper"  # see ALGOS
+    algo: Literal["paper", "improve", "counterfactual", "pg", "mix"] = "paper"  # see ALGOS
     zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
     twin: Literal["config", "observed"] = "config"  # counterfactual: where tries come from (learn.twin)
-    credit: Literal["job", "slot"] = "job"  # pg: each choice's return (dl2ray.learn.shape_pg)
+    credit: Literal["job", "slot"] = "job"  # pg, mix: each choice's return (dl2ray.learn.shape_pg)
+    mix_weight: float = 1.0  # mix: the on-policy surrogate's weight beside the counterfactual loss
 
 
 @dataclass
@@ -128,12 +133,36 @@ class PolicyGradientRow:
     steps: int  # Adam steps taken before the KL limit stopped the update
 
 
-UpdateRecord = UpdateRow | CounterfactualRow | PolicyGradientRow
+@dataclass
+class MixRow:
+    """Per update of the shape policy on twin credit and on-policy advantages
+    (:mod:`dl2ray.learn.shape_mix`)."""
+
+    update: int
+    policy_loss: float  # the whole loss L_cf + w·L_pg at the last step
+    improvement_loss: float  # the counterfactual term (with the entropy bonus) at the last step
+    surrogate_loss: float  # the on-policy clipped surrogate at the last step (unweighted)
+    value_loss: float  # the baseline's MSE on standardised credit, after its fit
+    kl: float  # KL(policy before the update || after): the larger of the two batches' means
+    entropy: float
+    reward: float  # mean slot reward of the greedy episodes the tries came from
+    mean_gain: float  # mean counterfactual gain of the tries (slots of JCT saved)
+    mean_credit: float  # mean credit of an on-policy job decision (slots; minus remaining JCT)
+    tries: int
+    decisions: int  # on-policy job decisions
+    rollouts: int
+    episodes: int  # on-policy episodes
+    steps: int  # Adam steps taken before the KL limit stopped the update
+
+
+UpdateRecord = UpdateRow | CounterfactualRow | PolicyGradientRow | MixRow
 """One update of any learner."""
 
 
 def update_record(doc: dict[str, Any]) -> UpdateRecord:
     """A record of a history read back (a run JSON, a checkpoint's ``result``), typed by its fields."""
+    if "surrogate_loss" in doc:
+        return MixRow(**doc)
     if "decisions" in doc:
         return PolicyGradientRow(**doc)
     return CounterfactualRow(**doc) if "kl" in doc else UpdateRow(**doc)

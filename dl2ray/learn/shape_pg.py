@@ -154,58 +154,82 @@ def build_job_value(enc: ShapeEncoding, width: int, seed: int) -> JobValue:
     return value
 
 
+class SurrogateTarget:
+    """One on-policy update's fixed parts (module docstring, "Baseline" and "Update"): building it fits the
+    baseline ``value`` to ``data``'s standardised credit (``4·epochs`` Adam steps) and fixes the
+    standardised advantages and the old policy; :meth:`loss` is PPO's clipped surrogate every step
+    minimises, :meth:`moved` the mean ``KL(π_old ‖ π_θ)`` over the update's job decisions.
+    :func:`pg_update` steps on it alone; the mixed learner (:mod:`dl2ray.learn.shape_mix`) adds it to the
+    counterfactual improvement.
+
+    ``control`` (the zero-advantage control run): the advantages are shuffled among the update's job
+    decisions with this generator: the same magnitudes and so the same KL-limited steps, in directions
+    that carry no information about which choice did better."""
+
+    def __init__(self, net: ShapePolicyNet, value: JobValue, value_opt: torch.optim.Optimizer, data: Played,
+                 epochs: int, control: np.random.Generator | None = None) -> None:
+        self.batch = batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
+        self.keep = keep = batch.present
+        credit = torch.zeros(keep.shape)
+        for b, c in enumerate(data.credit):
+            credit[b, :len(c)] = torch.from_numpy(c)
+        target = credit[keep]
+        self.mean_credit, sd = float(target.mean()), float(target.std()) + 1e-6
+        z = (target - self.mean_credit) / sd
+        self.value_loss = 0.0
+        for _ in range(4 * epochs):
+            loss = ((value(batch.x, batch.g)[keep] - z) ** 2).mean()
+            value_opt.zero_grad()
+            loss.backward()
+            value_opt.step()
+            self.value_loss = loss.item()
+        with torch.no_grad():
+            adv = z - value(batch.x, batch.g)[keep]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-6)
+            if control is not None:
+                adv = adv[torch.from_numpy(control.permutation(adv.shape[0]))]
+            self.adv = adv
+            self.old = torch.log_softmax(masked_job_logits(net, batch), dim=-1)[keep]
+            self.old_logp = self.old.gather(1, batch.actions[keep][:, None]).squeeze(1)
+
+    def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``−mean min(ρ·A, clip(ρ, 1±0.2)·A) − β·H`` over the job decisions, and their mean entropy."""
+        logits = masked_job_logits(net, self.batch)[self.keep]
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(1, self.batch.actions[self.keep][:, None]).squeeze(1)
+        ratio = torch.exp(logp - self.old_logp)
+        surrogate = torch.minimum(ratio * self.adv, ratio.clamp(1 - CLIP, 1 + CLIP) * self.adv)
+        ent = masked_entropy(logits, self.batch.masks[self.keep]).mean()
+        return -surrogate.mean() - entropy_weight * ent, ent
+
+    def moved(self, net: ShapePolicyNet) -> float:
+        """Mean ``KL(π_old ‖ π_θ)`` (nats) over the update's job decisions."""
+        with torch.no_grad():
+            new = torch.log_softmax(masked_job_logits(net, self.batch), dim=-1)[self.keep]
+            p_old = self.old.exp()
+            kl = torch.where(p_old > 0, p_old * (self.old - new), torch.zeros_like(self.old))
+            return float(kl.sum(1).mean())
+
+
 def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
               value_opt: torch.optim.Optimizer, data: Played, epochs: int, trust: float | None,
               entropy_weight: float, update: int = -1,
               control: np.random.Generator | None = None) -> PolicyGradientRow:
     """One update of ``net`` (and the baseline ``value``) on ``data`` (module docstring); its record.
-
-    ``control`` (the zero-advantage control run): the advantages are shuffled among the update's job
-    decisions with this generator: the same magnitudes and so the same KL-limited steps, in directions
-    that carry no information about which choice did better."""
-    K = net.enc.num_shapes
-    batch = PaddedSlots.of(data.slots, K)
-    keep = batch.present
-    credit = torch.zeros(keep.shape)
-    for b, c in enumerate(data.credit):
-        credit[b, :len(c)] = torch.from_numpy(c)
-    target = credit[keep]
-    mu, sd = float(target.mean()), float(target.std()) + 1e-6
-    z = (target - mu) / sd
-    value_loss = 0.0
-    for _ in range(4 * epochs):
-        loss = ((value(batch.x, batch.g)[keep] - z) ** 2).mean()
-        value_opt.zero_grad()
-        loss.backward()
-        value_opt.step()
-        value_loss = loss.item()
-    with torch.no_grad():
-        adv = z - value(batch.x, batch.g)[keep]
-        adv = (adv - adv.mean()) / (adv.std() + 1e-6)
-        if control is not None:
-            adv = adv[torch.from_numpy(control.permutation(adv.shape[0]))]
-        old = torch.log_softmax(masked_job_logits(net, batch), dim=-1)[keep]
-        old_logp = old.gather(1, batch.actions[keep][:, None]).squeeze(1)
+    ``control``: the zero-advantage control (:class:`SurrogateTarget`)."""
+    target = SurrogateTarget(net, value, value_opt, data, epochs, control)
     kl = entropy = policy_loss = 0.0
     steps = 0
     for _ in range(epochs):
-        logits = masked_job_logits(net, batch)[keep]
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(1, batch.actions[keep][:, None]).squeeze(1)
-        ratio = torch.exp(logp - old_logp)
-        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - CLIP, 1 + CLIP) * adv)
-        ent = masked_entropy(logits, batch.masks[keep]).mean()
-        loss = -surrogate.mean() - entropy_weight * ent
+        loss, ent = target.loss(net, entropy_weight)
         opt.zero_grad()
         loss.backward()
         opt.step()
         steps += 1
         policy_loss, entropy = loss.item(), ent.item()
-        with torch.no_grad():
-            new = torch.log_softmax(masked_job_logits(net, batch), dim=-1)[keep]
-            p_old = old.exp()
-            kl = float(torch.where(p_old > 0, p_old * (old - new), torch.zeros_like(old)).sum(1).mean())
+        kl = target.moved(net)
         if trust is not None and kl > trust:
             break
-    return PolicyGradientRow(update, policy_loss, value_loss, kl, entropy, data.reward, mu, len(data.slots),
-                             int(keep.sum()), data.episodes, steps)
+    return PolicyGradientRow(update, policy_loss, target.value_loss, kl, entropy, data.reward,
+                             target.mean_credit, len(data.slots), int(target.keep.sum()), data.episodes,
+                             steps)

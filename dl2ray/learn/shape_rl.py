@@ -1,5 +1,6 @@
 """The shape policy's RL trainer: :mod:`dl2ray.learn.counterfactual` (or, ``--algo pg``, the on-policy
-:mod:`dl2ray.learn.shape_pg`) behind the :class:`~dl2ray.learn.records.Learner` interface that
+:mod:`dl2ray.learn.shape_pg`; ``--algo mix``, both in one update, :mod:`dl2ray.learn.shape_mix`)
+behind the :class:`~dl2ray.learn.records.Learner` interface that
 :func:`~dl2ray.learn.rl.train_rl` drives.
 
 ``dl2ray train rl --algo counterfactual`` (and ``experiment ablation --rl-opt
@@ -35,6 +36,7 @@ from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.counterfactual import Collected, improve_policy
 from dl2ray.learn.records import (
     CounterfactualRow,
+    MixRow,
     PolicyGradientRow,
     RLOptions,
     RLResult,
@@ -43,6 +45,7 @@ from dl2ray.learn.records import (
     result_doc,
     rng_state,
 )
+from dl2ray.learn.shape_mix import mix_update
 from dl2ray.learn.shape_pg import OnPolicyCollector, build_job_value, pg_update
 from dl2ray.learn.twin import TwinExperience
 from dl2ray.learn.validation import validate
@@ -86,9 +89,10 @@ class ShapeTrainer:
         self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)
         self.collector = self.experience.collector
         self.pg: OnPolicyCollector | None = None
-        if opts.algo == "pg":  # on-policy per-job policy gradient in the same twin, with its own baseline
-            self.pg = OnPolicyCollector(self.collector.sims, self.enc, self.collector.source, self.sample_rng,
-                                        opts.credit)
+        if opts.algo in ("pg", "mix"):  # on-policy per-job policy gradient in the same twin, own baseline
+            # pg plays on the collector's simulators (it has no tries); mix needs its own beside the tries'
+            sims = self.experience.simulators() if opts.algo == "mix" else self.collector.sims
+            self.pg = OnPolicyCollector(sims, self.enc, self.collector.source, self.sample_rng, opts.credit)
             self.value = build_job_value(self.enc, s.head, seed)
             self.value_opt = torch.optim.Adam(self.value.parameters(), lr=s.lr)
         self.updates = 0
@@ -97,25 +101,30 @@ class ShapeTrainer:
 
     @property
     def episodes(self) -> int:
-        return self.pg.episodes if self.pg is not None else self.collector.episodes
+        return self.pg.episodes if self.opts.algo == "pg" and self.pg is not None else self.collector.episodes
 
-    def update(self) -> CounterfactualRow | PolicyGradientRow:
+    def update(self) -> CounterfactualRow | PolicyGradientRow | MixRow:
         """Collect one update's experience (greedy episodes and counterfactual rollouts; ``pg``: episodes
-        of the sampled policy), then improve."""
+        of the sampled policy; ``mix``: both), then improve."""
         policy = NumpyShapePolicy(self.policy)
         self.updates += 1
-        row: CounterfactualRow | PolicyGradientRow
-        if self.pg is not None:
+        row: CounterfactualRow | PolicyGradientRow | MixRow
+        control = self.sample_rng if self.opts.zero_advantage else None
+        if self.opts.algo == "mix":
+            assert self.pg is not None
+            tries = self.experience.collect(policy)
+            played = self.pg.collect(policy, self.cfg.policy.shape.envs)
+            row = mix_update(self.policy, self.value, self.opt, self.value_opt, tries, played,
+                             self.cfg.policy.shape, self.opts.mix_weight, self.updates, control)
+        elif self.pg is not None:
             self.experience.observe_if_due(policy)
             s = self.cfg.policy.shape
             played = self.pg.collect(policy, s.envs)
-            control = self.sample_rng if self.opts.zero_advantage else None
             row = pg_update(self.policy, self.value, self.opt, self.value_opt, played, s.epochs, s.trust,
                             s.entropy_weight, self.updates, control)
         else:
             data = self.experience.collect(policy)
-            row = counterfactual_update(self.policy, self.opt, data, self.cfg,
-                                        self.sample_rng if self.opts.zero_advantage else None, self.updates)
+            row = counterfactual_update(self.policy, self.opt, data, self.cfg, control, self.updates)
         self.result.history.append(row)
         self.result.updates = self.updates
         return row
@@ -131,6 +140,7 @@ class ShapeTrainer:
                  "rng": {"sample_rng": rng_state(self.sample_rng)}, "result": result_doc(self.result)}
         if self.pg is not None:  # the baseline is the learner's own: kept for resuming, never shipped
             extra["value"] = {"net": self.value.state_dict(), "optimizer": self.value_opt.state_dict()}
+            extra["pg_episodes"] = self.pg.episodes
         save_shape_checkpoint(path, self.policy, self.cfg.catalogue.names, extra=extra)
 
     def restore(self, path: Path) -> None:
@@ -144,9 +154,9 @@ class ShapeTrainer:
         self.updates = int(ex["updates"])
         self.collector.episodes = int(ex["episodes"])
         if self.pg is not None:
-            self.pg.episodes = int(ex["episodes"])
+            self.pg.episodes = int(ex.get("pg_episodes", ex["episodes"]))
             if "value" not in ex:
-                raise CheckpointError(f"{path}: no value baseline in it: not a --algo pg run")
+                raise CheckpointError(f"{path}: no value baseline in it: not a --algo {self.opts.algo} run")
             self.value.load_state_dict(ex["value"]["net"])
             self.value_opt.load_state_dict(ex["value"]["optimizer"])
         self.sample_rng.bit_generator.state = ex["rng"]["sample_rng"]

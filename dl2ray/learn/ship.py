@@ -27,6 +27,7 @@ from pathlib import Path
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
 from dl2ray.learn import seeds as seedsets
+from dl2ray.learn.records import SHAPE_ALGOS
 from dl2ray.policy.network import load_checkpoint, read_checkpoint_doc, save_checkpoint
 
 HEURISTICS = ("fifo", "srtf", "drf", "drf-static", "tetris", "optimus", "planner")
@@ -150,7 +151,7 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
     best = (rl or {}).get("best") or {}
     opts = (rl or {}).get("options", {})
     policy = src.get("config", {}).get("policy", {})
-    shape = _algo(rl or {}) == "counterfactual" or (sl or {}).get("run", {}).get("arch") == "shape"
+    shape = _algo(rl or {}) in SHAPE_ALGOS or (sl or {}).get("run", {}).get("arch") == "shape"
     s = policy.get("shape", {})
     arch = (f"shape architecture: one (workers, PS) row per job from a menu of workers "
             f"{s.get('menu_workers')} × PS {s.get('menu_ps')} (and wait), one scorer shared by all jobs "
@@ -241,11 +242,17 @@ def _distributed(opts: dict) -> str:
             f"{opts.get('twin', 'config')} twin")
 
 
+SHAPE_ALGO_WORDS = {
+    "counterfactual": "per-job counterfactual rollouts, KL-limited improvement",
+    "pg": "on-policy per-job policy gradient with a learned baseline",
+    "mix": "counterfactual rollouts and on-policy advantages in one KL-limited update",
+}
+
+
 def _rl_rows(rl: dict, opts: dict, policy: dict, best: dict) -> list[str]:
-    if _algo(rl) == "counterfactual":
+    if _algo(rl) in SHAPE_ALGOS:
         s = policy.get("shape", {})
-        first = (f"| RL | algorithm `counterfactual` (per-job counterfactual rollouts, KL-limited "
-                 f"improvement), {_distributed(opts)}, "
+        first = (f"| RL | algorithm `{_algo(rl)}` ({SHAPE_ALGO_WORDS[_algo(rl)]}), {_distributed(opts)}, "
                  f"{rl.get('updates')} updates, seed {rl.get('seed')}, {s.get('slots_per_update')} slots × "
                  f"{s.get('jobs_per_slot')} jobs per update, {s.get('samples')} policy + {s.get('uniform')} "
                  f"uniform rows per job, horizon {s.get('horizon')}, KL {s.get('kl')}, lr {s.get('lr')} |")

@@ -167,10 +167,7 @@ class TwinExperience:
         self.own_cluster = own_cluster and self.twin is not None
         if self.own_cluster:
             self.cluster = build_simulator(cfg)  # the learner's own cluster: it only runs episodes there
-        if self.twin is not None:
-            sims = self.twin.simulators(s.envs)
-        else:
-            sims = [build_simulator(cfg, world=cfg.policy.train_world) for _ in range(s.envs)]
+        sims = self.simulators()
         self.collector = CounterfactualCollector(
             sims, ShapeEncoding.from_config(cfg), self.trace_seeds, rng, s.horizon, s.gamma, s.jobs_per_slot,
             s.samples, s.uniform, s.temperature, source=self.twin.episode if self.twin is not None else None)
@@ -180,6 +177,17 @@ class TwinExperience:
     @property
     def episodes(self) -> int:
         return self.collector.episodes
+
+    def simulators(self) -> list:
+        """``policy.shape.envs`` new simulators of the world the tries come from (the observed twin's, or
+        the config's operator world): the counterfactual collector's, and the mixed learner's on-policy
+        episodes' own (side-by-side episodes must not share a simulator)."""
+        from dl2ray.experiments import build_simulator
+
+        n = self.cfg.policy.shape.envs
+        if self.twin is not None:
+            return self.twin.simulators(n)
+        return [build_simulator(self.cfg, world=self.cfg.policy.train_world) for _ in range(n)]
 
     def collect(self, policy):
         """One update's tries (:class:`~dl2ray.learn.counterfactual.Collected`) with ``policy`` (a

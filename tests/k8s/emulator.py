@@ -2,8 +2,11 @@
 
 kmock's emulator is a stateful in-memory API server (create, list, get,
 merge-patch, delete, watch) without controllers, admission or garbage
-collection: it assigns no uid, ignores label selectors and keeps no
-resourceVersion. :class:`Emulator` runs it on its own event loop in a
+collection. :class:`apiserver.ApiServer` (a subclass) adds what the real
+kubectl needs and kmock lacks: uids and creation timestamps, CRDs that
+register their resources, correct discovery, typed lists with label and field
+selectors, and server-side Table output from a CRD's printer columns.
+:class:`Emulator` runs it on its own event loop in a
 daemon thread (a synchronous client inside kmock's async fixture would
 deadlock), declares the resources the backend uses, and offers what a test
 needs besides: nodes, a kubeconfig file for the official client, a DL2Job
@@ -41,15 +44,28 @@ from typing import Any
 import aiohttp.test_utils
 import aiohttp.web
 import yaml
+from apiserver import ApiServer
 from kmock import KubernetesEmulator, ResourceInfo, Server, resource
 
+DL2JOBS = ("dl2ray.io", "v1alpha1", "dl2jobs")
 RESOURCES = {
     ("", "v1", "pods"): ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
     ("", "v1", "services"): ResourceInfo(kind="Service", namespaced=True),
     ("", "v1", "events"): ResourceInfo(kind="Event", namespaced=True),
     ("", "v1", "nodes"): ResourceInfo(kind="Node", namespaced=False),
-    ("dl2ray.io", "v1alpha1", "dl2jobs"): ResourceInfo(
-        kind="DL2Job", namespaced=True, subresources={"status"}
+    DL2JOBS: ResourceInfo(kind="DL2Job", namespaced=True, subresources={"status"}),
+    # what configs/k8s/ holds besides, for `kubectl apply -f configs/k8s/`
+    ("", "v1", "serviceaccounts"): ResourceInfo(kind="ServiceAccount", namespaced=True),
+    ("", "v1", "configmaps"): ResourceInfo(kind="ConfigMap", namespaced=True),
+    ("apps", "v1", "deployments"): ResourceInfo(kind="Deployment", namespaced=True, subresources={"status"}),
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, shortnames={"crd", "crds"}, subresources={"status"}
+    ),
+    ("rbac.authorization.k8s.io", "v1", "roles"): ResourceInfo(kind="Role", namespaced=True),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"): ResourceInfo(kind="RoleBinding", namespaced=True),
+    ("rbac.authorization.k8s.io", "v1", "clusterroles"): ResourceInfo(kind="ClusterRole", namespaced=False),
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): ResourceInfo(
+        kind="ClusterRoleBinding", namespaced=False
     ),
 }
 
@@ -94,7 +110,7 @@ class FreshLog:
         old = self.km
         try:
             await self._idle.wait()
-            new = KubernetesEmulator()
+            new = type(old)()
             await new.__aenter__()
             for res, info in old.resources.items():
                 new.resources[res] = info
@@ -114,11 +130,13 @@ class Emulator:
 
     ``fresh_log_every``: None (the tests) serves everything from one KubernetesEmulator; N moves the
     objects into a fresh one after every N requests (:class:`FreshLog`; then ``km`` is the first one
-    only, and :meth:`react` is not available).
+    only, and :meth:`react` is not available). ``dl2jobs``: True serves DL2Jobs from the start (as if
+    the CRD were installed); False serves them once ``configs/k8s/crd.yaml`` is applied, as a real
+    API server does.
     """
 
-    def __init__(self, fresh_log_every: int | None = None) -> None:
-        self.fresh_log_every = fresh_log_every
+    def __init__(self, fresh_log_every: int | None = None, dl2jobs: bool = True) -> None:
+        self.fresh_log_every, self.dl2jobs = fresh_log_every, dl2jobs
         self.front: FreshLog | None = None
         self._ready = threading.Event()
         self.loop = asyncio.new_event_loop()
@@ -133,9 +151,10 @@ class Emulator:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        km = KubernetesEmulator()
-        for (group, version, plural), info in RESOURCES.items():
-            km.resources[resource(group, version, plural)] = info
+        km = ApiServer()
+        for key, info in RESOURCES.items():
+            if key != DL2JOBS or self.dl2jobs:
+                km.resources[resource(*key)] = info
         self.km = km
         if self.fresh_log_every is None:
             async with km, Server(km) as srv:
@@ -203,7 +222,8 @@ def node(name: str, cpu: str = "4", memory: str = "8Gi", gpu: int = 0) -> dict:
 
 
 def with_uid(obj: dict) -> dict:
-    """What the API server adds on create and the emulator does not: a uid."""
+    """``obj`` with a uid derived from its name (the server assigns a random one to an object sent
+    without): the same uid in every run."""
     obj = {**obj, "metadata": {**obj["metadata"]}}
     obj["metadata"].setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, obj["metadata"]["name"])))
     return obj

@@ -137,8 +137,7 @@ class Cluster:
         for p in self.pods():
             job = (p.metadata.labels or {}).get(ko.LABEL_JOB)
             refs = [r for r in p.metadata.owner_references or [] if r.kind == ko.KIND and r.controller]
-            # a DL2Job created without with_uid (``submit --k8s`` here) has none: kmock assigns no uid
-            if job not in jobs or not refs or refs[0].uid != (jobs[job] or ""):
+            if job not in jobs or not refs or refs[0].uid != jobs[job]:
                 out.append(p.metadata.name)
         return out
 

@@ -186,7 +186,8 @@ def test_crd_carries_suspend_status_and_printer_columns():
     assert set(spec["properties"]) == set(JobSpec.model_fields) | {"suspend"}
     assert version["subresources"] == {"status": {}}
     cols = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert cols["Phase"] == ".status.phase" and cols["Workers"] == ".status.workers.ready"
+    assert cols["State"] == ".status.phase" and cols["Workers"] == ".status.workers.ready"
+    assert cols["PS"] == ".status.ps.ready" and cols["Age"] == ".metadata.creationTimestamp"
 
 
 def test_rbac_is_least_privilege():
