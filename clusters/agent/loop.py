@@ -66,12 +66,12 @@ class Agent:
             policy if policy is not None else make_scheduler(self.spec, exp),
             make_scheduler(settings.guardrail.fallback, exp),
             settings.guardrail.time_budget_s, shadow, self.decisions)
+        self.metrics = metrics or AgentMetrics()
+        self.last_view: ClusterView | None = None
         self.errors: Counter[str] = Counter()
         self.loop_ms: list[dict[str, float]] = []  # per slot: view, decide, apply and total milliseconds
         self.slots_done = 0
         self.last_slot = -1
-        self.last_view: ClusterView | None = None
-        self.metrics = metrics or AgentMetrics()
         self.adopted = backend.adopt()
 
     def step(self) -> dict[str, Any]:

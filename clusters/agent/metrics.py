@@ -113,7 +113,11 @@ class AgentMetrics:
         for result in ("ok", "failed", "running"):
             self.scale_calls.labels(result)
         if jobs is not None:
-            r.register(JobsCollector(jobs))
+            self.watch_jobs(jobs)
+
+    def watch_jobs(self, jobs: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        """Add the jobs' metrics, read from ``jobs()`` at each scrape (:class:`JobsCollector`)."""
+        self.registry.register(JobsCollector(jobs))
 
     def slot(self, row: dict[str, Any], decision: dict[str, Any] | None, results: Iterable[bool | None],
              version: object) -> None:

@@ -308,9 +308,8 @@ def cluster_up(
         address = state["address"]
     state.update(address=address, config=str(config.resolve()), scheduler=spec)
     try:
-        with connected(address) as ray:
-            handle = start_agent(cfg, spec, shadow, learn)
-            state["agent_url"] = ray.get(handle.status.remote())["dashboard_url"]  # dashboard and /metrics
+        with connected(address):
+            start_agent(cfg, spec, shadow, learn)
     except BaseException:
         if "pid" in state:
             stop_head(state["pid"])
@@ -324,7 +323,6 @@ def cluster_up(
             f"cluster up: Ray at {address}"
             + (f", jobs API {state['dashboard']}" if "dashboard" in state else "")
             + f"; agent {cfg.live.agent_name} with {spec}"
-            + (f"; dashboard {state['agent_url']}" if state.get("agent_url") else "")
         )
 
 

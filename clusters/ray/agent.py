@@ -36,8 +36,6 @@ import ray
 from clusters.agent.dashboard import DashboardState, dashboard_state
 from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
-from clusters.agent.metrics import AgentMetrics
-from clusters.agent.views import wait_reasons
 from clusters.ray.backend import RayBackend, list_hosts
 from clusters.ray.config import LiveConfig
 from clusters.runtime import NAMESPACE, actor_class, incarnation
@@ -86,8 +84,8 @@ class LiveAgentImpl:
         self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.placement,
                                   live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s)
         self.learner = policy.build(exp, self.restarted) if policy is not None else None
-        metrics = AgentMetrics(lambda: self.backend.statuses().values())  # the loop's and the jobs' numbers
-        self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp, metrics)
+        self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp)
+        self.agent.metrics.watch_jobs(lambda: self.backend.statuses().values())  # the jobs' numbers too
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.agent.run, args=(self._stop,), name="control-loop",
                                         daemon=True)
@@ -112,13 +110,7 @@ class LiveAgentImpl:
         return {"ok": True, "job": st}
 
     def jobs(self) -> list[dict[str, Any]]:
-        """Every job's status, in submission order, with its ``queue_position`` and ``wait_reason``
-        (:func:`~clusters.agent.views.wait_reasons` against the latest view's free capacity)."""
-        rows = sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
-        view = self.agent.last_view
-        waits = wait_reasons(rows, view.free if view is not None else None)
-        return [{**st, "queue_position": waits[st["name"]].position, "wait_reason": waits[st["name"]].reason}
-                for st in rows]
+        return sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
 
     def job(self, name: str) -> dict[str, Any] | None:
         host = self.backend.hosts().get(name)
