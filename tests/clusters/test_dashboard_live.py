@@ -72,7 +72,7 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
         return any(j["state"] == "running" and j["workers"] > 0 and j["timeline"] for j in jobs)
 
     wait_for("a job running with a closed slot", running, progress=slots)
-    rows = {j["name"]: j for j in ray.get(handle.jobs.remote())}  # what `jobs list` reads
+    rows = {j["name"]: j for j in requests.get(f"{url}/api/state", timeout=60).json()["jobs"]}
     assert rows["dash-wait"]["queue_position"] == 1 and rows["dash-wait"]["state"] == "pending"
     assert rows["dash-wait"]["wait_reason"].startswith("no room: its smallest deployment needs cpu 2.1 > ")
     state = requests.get(f"{url}/api/state", timeout=60).json()
