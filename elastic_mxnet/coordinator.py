@@ -270,6 +270,11 @@ class Coordinator:
         )
         if self.job is None:
             self.job = info
+        elif not self.job.shapes and (info.optimizer, info.global_batch) == (
+            self.job.optimizer,
+            self.job.global_batch,
+        ):
+            self.job = info  # rebuilt from PS only (a paused job's restart): the first worker completes it
         elif info != self.job:
             raise ProtocolError("this worker's model, optimizer or batch differs from the job's")
 
