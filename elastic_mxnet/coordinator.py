@@ -688,6 +688,8 @@ class Coordinator:
         for event in reversed(self.events):
             if event.plan_id == msg.plan_id:
                 event.suspension_ms[msg.member_id] = msg.suspension_ms
+                if event.resumed_at is None:
+                    event.resumed_at = time.time()
                 return
 
     # ---- ending -------------------------------------------------------------
