@@ -35,7 +35,7 @@ from clusters.agent.loop import Agent
 from clusters.ray.backend import RayBackend, list_hosts
 from clusters.ray.config import LiveConfig
 from clusters.ray.member import end_members
-from clusters.ray.pool import end_pool, ensure_pool
+from clusters.ray.pool import end_pool, ensure_pool, pool_stats
 from clusters.ray.record import delete_record, record_names
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
@@ -129,6 +129,7 @@ class LiveAgentImpl:
             "policy_version": self.learner.version if self.learner is not None else None,
             "learn": self.learner.stats() if self.learner is not None else None,
             "federation": self.source.describe() if self.source is not None else None,
+            "pool": pool_stats(),
             "log_dir": str(self.cfg.log_dir()),
         }
 

@@ -139,10 +139,15 @@ class JobHostImpl:
                 self.spawner.close(grace_s=0.0)  # nothing may run for a job that is over or not started
             self._save()
             return
+        import ray.util
+
+        here = ray.util.get_node_ip_address()
         if any(r.role == "worker" and r.exit_code == 0 for r in ended):
             self._end("finished", "")  # its workers reached the last iteration while the host was down
         elif not self.spawner.members:
             self._end("failed", "host restarted and no member of the job was alive")
+        elif not rec.coordinator.startswith(f"tcp://{here}:"):
+            self._end("failed", f"host restarted on another node ({here}): members know {rec.coordinator}")
         else:
             self._start_coordinator(self._config(0, 0, rec.coordinator), rejoin=True)
             log.info("job %s: coordinator rejoining on %s", self.spec.name, address or rec.coordinator)

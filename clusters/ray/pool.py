@@ -174,3 +174,13 @@ def end_pool(name: str = POOL_NAME) -> None:
         with suppress(ray.exceptions.RayError):
             ray.get(pool.stop.remote(), timeout=30)
         ray.kill(pool, no_restart=True)
+
+
+def pool_stats(name: str = POOL_NAME) -> dict[str, Any] | None:
+    """The pool's :meth:`~WarmPoolImpl.stats` without start-up times (None: no pool, or restarting)."""
+    try:
+        st: dict[str, Any] = ray.get(ray.get_actor(name, namespace=NAMESPACE).stats.remote(), timeout=10)
+    except (ValueError, ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+        return None
+    st.pop("ready_s", None)
+    return st
