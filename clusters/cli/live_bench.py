@@ -145,6 +145,7 @@ def scale_latency(pools: list[int], trials: int, cpus: int) -> dict[str, Any]:
     from clusters.ray.backend import RayBackend
     from clusters.ray.config import load_live_config
     from clusters.ray.pool import ensure_pool
+    from dl2ray.view import Allocation, Tasks
 
     cfg = load_live_config(LIVE_CONFIG)
     catalogue = cfg.experiment().catalogue
@@ -160,7 +161,9 @@ def scale_latency(pools: list[int], trials: int, cpus: int) -> dict[str, Any]:
             ups: list[dict[str, Any]] = []
             downs: list[dict[str, Any]] = []
             refill: list[float] = []
-            _change(ray, be, host, jid, 1)  # start (1 PS + 1 worker)
+            be.snapshot()  # start with 1 PS + 1 worker (no worker continues: no first-iteration report)
+            assert [a.ok for a in be.apply(Allocation({jid: Tasks(1, 1)})).actions] == [True]
+            _wait(lambda: ray.get(host.status.remote())["iteration"] or 0)  # noqa: B023
             for _ in range(trials):
                 if pool is not None:
                     t = time.time()

@@ -179,8 +179,7 @@ def end_pool(name: str = POOL_NAME) -> None:
 def pool_stats(name: str = POOL_NAME) -> dict[str, Any] | None:
     """The pool's :meth:`~WarmPoolImpl.stats` without start-up times (None: no pool, or restarting)."""
     try:
-        st: dict[str, Any] = ray.get(ray.get_actor(name, namespace=NAMESPACE).stats.remote(), timeout=10)
+        st: Any = ray.get(ray.get_actor(name, namespace=NAMESPACE).stats.remote(), timeout=10)
     except (ValueError, ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
         return None
-    st.pop("ready_s", None)
-    return st
+    return {k: v for k, v in st.items() if k != "ready_s"}
