@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 JOB_PREFIX = "dl2ray-job-"
 TERMINAL = ("finished", "failed", "cancelled")
+SAVE_DELAY_S = 1.0
+"""Seconds a slot's observation waits before the record is written (a host restart may miss it)."""
 
 
 def host_name(job: str) -> str:
@@ -117,6 +119,9 @@ class JobHostImpl:
     def _saver(self) -> None:
         while True:
             self._dirty.wait()
+            # a slot's observation is written a little after the reading that closed it, not while the
+            # agent is still collecting every host's reading (the GCS write and JSON would compete with it)
+            time.sleep(SAVE_DELAY_S)
             self._dirty.clear()
             self._save()
 
