@@ -270,6 +270,11 @@ class Coordinator:
         )
         if self.job is None:
             self.job = info
+        elif not self.job.shapes and (info.optimizer, info.global_batch) == (
+            self.job.optimizer,
+            self.job.global_batch,
+        ):
+            self.job = info  # rebuilt from PS only (a paused job's restart): the first worker completes it
         elif info != self.job:
             raise ProtocolError("this worker's model, optimizer or batch differs from the job's")
 
@@ -683,6 +688,8 @@ class Coordinator:
         for event in reversed(self.events):
             if event.plan_id == msg.plan_id:
                 event.suspension_ms[msg.member_id] = msg.suspension_ms
+                if event.resumed_at is None:
+                    event.resumed_at = time.time()
                 return
 
     # ---- ending -------------------------------------------------------------

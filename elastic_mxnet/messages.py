@@ -312,7 +312,9 @@ class MemberInfo(BaseModel):
 
 
 class ScalingEvent(BaseModel):
-    """One completed plan. ``suspension_ms`` per worker id; ``duration_ms`` prepare to resume."""
+    """One completed plan. ``suspension_ms`` per worker id; ``duration_ms`` prepare to resume;
+    ``resumed_at``: Unix time (s) the coordinator received the first worker's report that it started the
+    clock iteration on this plan (at most one control-thread poll, 10 ms, after it did); None until then."""
 
     model_config = ConfigDict(extra="forbid")
     plan_id: int
@@ -321,6 +323,7 @@ class ScalingEvent(BaseModel):
     duration_ms: float
     suspension_ms: dict[int, float] = {}
     lost_iterations: int = 0
+    resumed_at: float | None = None
 
 
 class StatusReply(_Msg):

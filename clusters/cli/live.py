@@ -48,6 +48,9 @@ def register_live(plugins) -> None:
 
     plugins.groups["bench"].command("live")(bench_live)
     plugins.groups["bench"].command("live-demo")(bench_live_demo)
+    from clusters.cli.live_bench import bench_live_scale
+
+    plugins.groups["bench"].command("live-scale")(bench_live_scale)
     if hasattr(plugins, "live_demo"):
         plugins.live_demo = demo_live
 

@@ -1,4 +1,7 @@
-"""Control-loop overhead of the live agent: view + decide + apply per slot, for N running jobs.
+"""The live cluster's benchmarks: the control loop's overhead (``bench live``) and the scaling latency
+with and without warm members (``bench live-scale``).
+
+Control-loop overhead: view + decide + apply per slot, for N running jobs.
 
 A local Ray instance (logical CPUs enough for every member), the agent actor
 with the chosen scheduler, N tiny jobs capped at 1 PS + 1 worker (so that the
@@ -9,12 +12,14 @@ own per-slot timings over ``slots`` slots. Members sleep most of the time
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 
 from clusters.runtime import ray_env
 from dl2ray.jobspec import parse_jobspec
@@ -80,3 +85,123 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
             }
         rows.append(row)
     return {"scheduler": scheduler, "slot_seconds": slot_seconds, "cpus": os.cpu_count(), "results": rows}
+
+
+# ---- scaling latency: decision -> first iteration on the new plan ------------------------------------
+
+
+def scale_spec() -> dict[str, Any]:
+    """One tiny job that goes between 1 and 2 workers (1 PS), long enough for every trial."""
+    return {**bench_spec(0), "name": "bench-scale", "epochs": 100_000, "workers": {"min": 1, "max": 2},
+            "ps_count": {"min": 1, "max": 1}, "sample_delay_s": 0.005}
+
+
+def _stats(vals: list[float]) -> dict[str, Any]:
+    if not vals:
+        return {"n": 0}
+    return {"n": len(vals), "median": round(float(np.median(vals)), 4),
+            "p95": round(float(np.percentile(vals, 95)), 4), "max": round(float(max(vals)), 4)}
+
+
+def _wait(check, timeout_s: float = 600.0, poll_s: float = 0.05):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if value := check():
+            return value
+        time.sleep(poll_s)
+    raise TimeoutError("the benchmark's job did not get there in time")
+
+
+def _change(ray: Any, be: Any, host: Any, jid: int, workers: int) -> dict[str, Any]:
+    """One decision applied through the backend; seconds from the decision (``apply``) to the first
+    worker's report that it started the clock iteration on the new plan (``resumed_at``)."""
+    from dl2ray.view import Allocation, Tasks
+
+    be.snapshot()
+    before = ray.get(host.status.remote())
+    t0 = time.time()
+    report = be.apply(Allocation({jid: Tasks(workers, 1)}))
+    apply_s = time.time() - t0
+    assert [a.ok for a in report.actions] == [True], report
+
+    def resumed():
+        st = ray.get(host.status.remote())
+        new = [e for e in st["events"][len(before["events"]):] if e["resumed_at"] is not None]
+        return (st, new[-1]) if new else None
+
+    st, event = _wait(resumed, poll_s=0.02)
+    return {"first_iteration_s": event["resumed_at"] - t0, "apply_s": apply_s,
+            "suspension_ms": max(event["suspension_ms"].values()),
+            "warm": st["warm_taken"] > before["warm_taken"]}
+
+
+def scale_latency(pools: list[int], trials: int, cpus: int) -> dict[str, Any]:
+    """Per pool size (0: no pool, every member cold): ``trials`` scale-ups (1 -> 2 workers) and scale-downs
+    (2 -> 1) of one running job, each timed from the decision to the first iteration on the new plan."""
+    ray_env()
+    import ray
+
+    from clusters.ray.agent import teardown
+    from clusters.ray.backend import RayBackend
+    from clusters.ray.config import load_live_config
+    from clusters.ray.pool import ensure_pool
+    from dl2ray.view import Allocation, Tasks
+
+    cfg = load_live_config(LIVE_CONFIG)
+    catalogue = cfg.experiment().catalogue
+    rows = []
+    for per_node in pools:
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        try:
+            pool = ensure_pool(per_node)
+            be = RayBackend(catalogue, slot_seconds=1.0, epoch=time.time(), apply_wait_s=600.0)
+            spec = parse_jobspec(scale_spec())
+            jid = be.submit(spec)["job_id"]
+            host = be.hosts()[spec.name]
+            ups: list[dict[str, Any]] = []
+            downs: list[dict[str, Any]] = []
+            refill: list[float] = []
+            be.snapshot()  # start with 1 PS + 1 worker (no worker continues: no first-iteration report)
+            assert [a.ok for a in be.apply(Allocation({jid: Tasks(1, 1)})).actions] == [True]
+            _wait(lambda: ray.get(host.status.remote())["iteration"] or 0)  # noqa: B023
+            for _ in range(trials):
+                if pool is not None:
+                    t = time.time()
+                    _wait(lambda: ray.get(pool.stats.remote())["idle_ready"] >= per_node)  # noqa: B023
+                    refill.append(time.time() - t)
+                ups.append(_change(ray, be, host, jid, 2))
+                downs.append(_change(ray, be, host, jid, 1))
+            pool_stats = ray.get(pool.stats.remote()) if pool is not None else None
+            be.remove(spec.name)
+            teardown()
+        finally:
+            ray.shutdown()
+        rows.append({
+            "pool_per_node": per_node,
+            "scale_up_first_iteration_s": _stats([u["first_iteration_s"] for u in ups]),
+            "scale_up_warm": sum(u["warm"] for u in ups),
+            "scale_down_first_iteration_s": _stats([d["first_iteration_s"] for d in downs]),
+            "suspension_ms": _stats([x["suspension_ms"] for x in ups + downs]),
+            "pool_wait_before_trial_s": _stats(refill),
+            "pool_member_ready_s": _stats(pool_stats["ready_s"]) if pool_stats else None,
+            "load_avg": round(os.getloadavg()[0], 2),
+        })
+    return {"trials": trials, "cpus": cpus, "results": rows}
+
+
+def bench_live_scale(
+    pool: Annotated[list[int] | None, typer.Option(
+        "--pool", min=0, max=32, help="warm members per node, one run each (0: no pool): --pool 2 --pool 0")
+    ] = None,
+    trials: Annotated[int, typer.Option(min=1, max=100, help="scale-ups and scale-downs per run")] = 8,
+    cpus: Annotated[int, typer.Option(min=2, max=256, help="logical CPUs of the local Ray")] = 4,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Decision -> first iteration on the new plan, for scale-up and scale-down (seconds), and the workers'
+    suspension (ms), with and without warm members."""
+    doc = scale_latency(pool or [2], trials, cpus)
+    if json_out:
+        print(json.dumps(doc))
+    else:
+        for r in doc["results"]:
+            print(r)

@@ -38,6 +38,9 @@ from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
 from clusters.ray.backend import RayBackend, list_hosts
 from clusters.ray.config import LiveConfig
+from clusters.ray.member import end_members
+from clusters.ray.pool import end_pool, ensure_pool, pool_stats
+from clusters.ray.record import delete_record, record_names
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
@@ -82,7 +85,8 @@ class LiveAgentImpl:
         self._learner: tuple[float, dict[str, Any]] | None = None  # (monotonic time, learner status)
         self.restarted = incarnation()
         self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.placement,
-                                  live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s)
+                                  live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s,
+                                  orphan_timeout_s=live.timeouts.orphan_timeout_s)
         self.learner = policy.build(exp, self.restarted) if policy is not None else None
         self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp)
         self.agent.metrics.watch_jobs(lambda: self.backend.statuses().values())  # the jobs' numbers too
@@ -135,6 +139,7 @@ class LiveAgentImpl:
             "policy_version": self.learner.version if self.learner is not None else None,
             "learn": self.learner.stats() if self.learner is not None else None,
             "federation": self.source.describe() if self.source is not None else None,
+            "pool": pool_stats(),
             "log_dir": str(self.cfg.log_dir()),
             "dashboard_url": self.http.url if self.http is not None else None,
         }
@@ -193,6 +198,7 @@ def launch_agent(cfg: LiveConfig, scheduler: str, shadow: bool = False, policy: 
     except ValueError:
         pass
     cfg.log_dir().mkdir(parents=True, exist_ok=True)
+    ensure_pool(live.pool.per_node, live.pool.refill_interval_s)
     agent = LiveAgent.options(name=live.agent_name, namespace=NAMESPACE, lifetime="detached").remote(
         cfg.model_dump_json(), time.time() if epoch is None else epoch, scheduler, shadow, True, policy)
     ray.get(agent.pid.remote())
@@ -208,7 +214,8 @@ def find_agent(name: str = "dl2ray-agent") -> Any:
 
 
 def teardown(agent_name: str = "dl2ray-agent", global_policy: str = "dl2ray-global-policy") -> None:
-    """Stop the agent, cancel and end every job host, end the live GlobalPolicy (connected driver needed)."""
+    """Stop the agent, cancel and end every job host, end the warm pool, every member actor left and the
+    live GlobalPolicy, delete the hosts' records (connected driver needed)."""
     with suppress(ValueError):
         agent = ray.get_actor(agent_name, namespace=NAMESPACE)
         with suppress(ray.exceptions.RayError):
@@ -217,6 +224,10 @@ def teardown(agent_name: str = "dl2ray-agent", global_policy: str = "dl2ray-glob
     for host in list_hosts().values():
         with suppress(ray.exceptions.RayError):
             ray.get(host.cancel.remote(), timeout=60)
-        ray.kill(host)
+        ray.kill(host)  # no restart
+    end_pool()
+    end_members()  # a host's members (detached) that outlived it, idle ones the pool had not handed out
+    for name in record_names():
+        delete_record(name)
     with suppress(ValueError):
         ray.kill(ray.get_actor(global_policy, namespace=NAMESPACE), no_restart=True)

@@ -6,10 +6,16 @@ job's per-task demand as Ray resources. The backend keeps nothing the cluster
 cannot tell it again (a :class:`~clusters.agent.backend.LiveBackend`):
 
 * :meth:`RayBackend.snapshot` lists the alive Ray nodes (capacity: ``CPU``,
-  ``GPU``, ``memory`` in GB) and the job hosts, and reads each host once
-  (:meth:`~clusters.ray.job.JobHostImpl.slot_status`, which also closes the
-  job's observation of the previous slot: epochs trained, seconds,
-  deployment) into a typed :class:`RayJob`; the view has every arrived,
+  ``GPU``, ``memory`` in GB) and the job hosts, and reads all hosts in one
+  batched step: every host's :meth:`~clusters.ray.job.JobHostImpl.slot_status`
+  call (which also closes the job's observation of the previous slot: epochs
+  trained, seconds, deployment) is issued before any answer is awaited, and one
+  ``ray.wait`` collects them within ``view_wait_s``. Answers are brief (no
+  events, only the observations the backend has not read yet; the spec and the
+  earlier observations are kept here per job). A host that does not answer in
+  time (restarting) keeps its last reading, marked busy, so its members still
+  count and nothing is asked of it. Each answer becomes a typed
+  :class:`RayJob`; the view has every arrived,
   unfinished job with its current members and their nodes. A paused job holds
   one PS (its parameters and optimizer state): that PS is subtracted from
   ``free`` and the job shows 0 workers and 0 PS.
@@ -42,6 +48,7 @@ from clusters.agent.placement import MemberPlacer, final_target
 from clusters.agent.reports import ApplyReport, Nodes, ScaleAction
 from clusters.agent.views import job_id_of, live_job_view
 from clusters.ray.job import JOB_PREFIX, TERMINAL, JobHost, host_name
+from clusters.ray.record import delete_record
 from clusters.runtime import NAMESPACE
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, check_spec
@@ -59,14 +66,20 @@ def ray_nodes() -> Nodes:
     return Nodes([n["NodeID"] for n in alive], cap.reshape(-1, 3))
 
 
-def list_hosts() -> dict[str, Any]:
-    """Job name → host actor handle, for every job host alive in the ``dl2ray`` namespace."""
+def list_hosts(known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Job name → host actor handle, for every job host alive in the ``dl2ray`` namespace (one listing; a
+    lookup only for names not in ``known``, whose handles are reused)."""
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
              if a.get("namespace") == NAMESPACE and a["name"].startswith(JOB_PREFIX)]
+    known = known or {}
     out = {}
     for n in names:
+        job = n[len(JOB_PREFIX):]
+        if job in known:
+            out[job] = known[job]
+            continue
         try:
-            out[n[len(JOB_PREFIX):]] = ray.get_actor(n, namespace=NAMESPACE)
+            out[job] = ray.get_actor(n, namespace=NAMESPACE)
         except ValueError:
             continue  # killed between the listing and the lookup
     return out
@@ -104,11 +117,17 @@ class RayJob:
         return job_id_of(self.name)
 
     @classmethod
-    def from_status(cls, st: dict[str, Any]) -> RayJob:
-        return cls(st["name"], st["state"], JobSpec.model_validate(st["spec"]), float(st["submitted_at"]),
-                   float(st["epochs_done"]), members_of(st["members"]),
-                   tuple(Observation(h["slot"], h["ps"], h["workers"], h["epochs"], h["seconds"], h["loss"])
-                         for h in st["history"]), bool(st["busy"]))
+    def from_status(cls, st: dict[str, Any], known: RayJob | None = None) -> RayJob:
+        """From a host's status; a brief one (``history_from`` > 0) continues ``known``'s spec and history."""
+        new = tuple(Observation(h["slot"], h["ps"], h["workers"], h["epochs"], h["seconds"], h["loss"])
+                    for h in st["history"])
+        start = int(st.get("history_from", 0))
+        if known is not None and start > 0:
+            spec, history = known.spec, (known.history[:start] + new)[: int(st["history_len"])]
+        else:
+            spec, history = JobSpec.model_validate(st["spec"]), new
+        return cls(st["name"], st["state"], spec, float(st["submitted_at"]), float(st["epochs_done"]),
+                   members_of(st["members"]), history, bool(st["busy"]))
 
     @property
     def terminal(self) -> bool:
@@ -135,12 +154,16 @@ class RayBackend:
 
     def __init__(self, catalogue: JobCatalogue, slot_seconds: float, epoch: float,
                  placement: str = "load_balancing", heartbeat_timeout_s: float = 5.0,
-                 register_timeout_s: float = 60.0, apply_wait_s: float | None = None) -> None:
+                 register_timeout_s: float = 60.0, apply_wait_s: float | None = None,
+                 orphan_timeout_s: float = 120.0, view_wait_s: float | None = None) -> None:
         self.catalogue, self.slot_seconds, self.epoch = catalogue, slot_seconds, epoch
         self.placement = placement
         self.heartbeat_timeout_s, self.register_timeout_s = heartbeat_timeout_s, register_timeout_s
+        self.orphan_timeout_s = orphan_timeout_s
         self.apply_wait_s = apply_wait_s if apply_wait_s is not None else max(slot_seconds, 1.0)
+        self.view_wait_s = view_wait_s if view_wait_s is not None else max(slot_seconds / 2, 1.0)
         self.jobs: dict[str, RayJob] = {}  # as read by the last snapshot (and updated by its apply)
+        self._handles: dict[str, Any] = {}  # job → host handle, reused across slots
         self.nodes = Nodes.empty()
         self._pending: dict[str, Any] = {}  # job → ref of a scale call still running
 
@@ -153,7 +176,8 @@ class RayBackend:
         return self.epoch + slot * self.slot_seconds
 
     def hosts(self) -> dict[str, Any]:
-        return list_hosts()
+        self._handles = list_hosts(self._handles)
+        return dict(self._handles)
 
     def statuses(self, hosts: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
         hosts = self.hosts() if hosts is None else hosts
@@ -173,9 +197,10 @@ class RayBackend:
         if spec.name in self.hosts():
             raise UserError(f"name: a job named {spec.name!r} already exists "
                             f"(dl2ray jobs status {spec.name})")
+        delete_record(spec.name)  # a record without a host is stale (a host removed without its record)
         host = JobHost.options(name=host_name(spec.name), namespace=NAMESPACE, lifetime="detached").remote(
             spec.model_dump_json(), job_id_of(spec.name), time.time(), self.heartbeat_timeout_s,
-            self.register_timeout_s)
+            self.register_timeout_s, self.orphan_timeout_s)
         return ray.get(host.status.remote())
 
     def cancel(self, name: str) -> dict[str, Any]:
@@ -189,7 +214,8 @@ class RayBackend:
         host = self.hosts().get(name)
         if host is not None:
             ray.get(host.cancel.remote())
-            ray.kill(host)
+            ray.kill(host)  # no restart
+        delete_record(name)
 
     # ---- the slot ---------------------------------------------------------------
 
@@ -197,8 +223,7 @@ class RayBackend:
         self._forget_returned_calls()
         slot = self.slot_now()
         self.nodes = ray_nodes()
-        statuses = _gather({name: h.slot_status.remote(slot) for name, h in self.hosts().items()})
-        self.jobs = {name: RayJob.from_status(st) for name, st in statuses.items()}
+        self.jobs = self._read_jobs(slot)
         index = self.nodes.index()
         free = self.nodes.capacity.copy()
         views = []
@@ -213,6 +238,30 @@ class RayBackend:
         np.maximum(free, 0.0, out=free)
         return ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
                            self.placement)
+
+    def _read_jobs(self, slot: int) -> dict[str, RayJob]:
+        """Every host's brief slot status in one batched step (module docstring)."""
+        hosts = self.hosts()
+        refs = {name: h.slot_status.remote(slot, len(self.jobs[name].history) if name in self.jobs else 0)
+                for name, h in hosts.items()}
+        if refs:
+            ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.view_wait_s)
+        first = [ref for name, ref in refs.items() if name not in self.jobs]
+        if first:  # a job never read has no last reading to stand in: wait for it as long as for a reply
+            ray.wait(first, num_returns=len(first), timeout=30.0)
+        jobs = {}
+        for name, ref in refs.items():
+            known = self.jobs.get(name)
+            if not ray.wait([ref], timeout=0)[0]:
+                if known is not None:  # restarting or overloaded: its last reading, left alone this slot
+                    known.busy = True
+                    jobs[name] = known
+                continue
+            try:
+                jobs[name] = RayJob.from_status(ray.get(ref), known)
+            except ray.exceptions.RayError:
+                self._handles.pop(name, None)  # ended: no job any more
+        return jobs
 
     def _job_view(self, job: RayJob, index: dict[str, int]) -> JobView:
         plan = [m for m in job.members if m.state == "member"] if job.state == "running" else []
@@ -325,11 +374,15 @@ class RayBackend:
 
 
 def _gather(refs: dict[str, Any], timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
-    """``ray.get`` of each host's answer; a host that died (or does not answer) is no job any more."""
+    """The hosts' answers, awaited together; a host that died (or does not answer) is no job any more."""
+    if refs:
+        ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     out = {}
     for name, ref in refs.items():
+        if not ray.wait([ref], timeout=0)[0]:
+            continue
         try:
-            out[name] = ray.get(ref, timeout=timeout_s)
-        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            out[name] = ray.get(ref)
+        except ray.exceptions.RayError:
             continue
     return out

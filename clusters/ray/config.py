@@ -11,6 +11,7 @@ default.
       guardrail: {fallback: drf, time_budget_s: 5}
       shadow: false
       learn: {enabled: false, steps_per_update: 32}
+      pool: {per_node: 2}                   # warm members per node for scale-ups (0: none)
       log_dir: runs/live
 
 The fields every agent has (``experiment``, ``scheduler``, ``slot_seconds``,
@@ -28,7 +29,8 @@ from pydantic import Field
 
 from clusters.agent.settings import AgentConfig, AgentSettings, FrozenModel, Guardrail, load_agent_config
 
-__all__ = ["Guardrail", "Learn", "LiveConfig", "LiveSettings", "RaySettings", "Timeouts", "load_live_config"]
+__all__ = ["Guardrail", "Learn", "LiveConfig", "LiveSettings", "Pool", "RaySettings", "Timeouts",
+           "load_live_config"]
 
 
 class RaySettings(FrozenModel):
@@ -52,6 +54,17 @@ class Timeouts(FrozenModel):
 
     heartbeat_timeout_s: float = Field(default=5.0, gt=0, description="silent member declared dead after")
     register_timeout_s: float = Field(default=60.0, gt=0, description="new members must register within")
+    orphan_timeout_s: float = Field(
+        default=120.0, gt=0,
+        description="a member whose coordinator is silent this long exits (covers a job host's restart)")
+
+
+class Pool(FrozenModel):
+    """The warm pool (clusters/ray/pool.py): idle member processes, MXNet imported, that scale-ups take."""
+
+    per_node: int = Field(default=2, ge=0, le=32,
+                          description="idle members kept per node (0: no pool, every member starts cold)")
+    refill_interval_s: float = Field(default=0.5, gt=0, le=60, description="how often the pool refills (s)")
 
 
 class LiveSettings(AgentSettings):
@@ -60,6 +73,7 @@ class LiveSettings(AgentSettings):
     shadow: bool = Field(default=False, description="decide with the policy, apply the fallback")
     learn: Learn = Learn()
     timeouts: Timeouts = Timeouts()
+    pool: Pool = Pool()
     log_dir: str = Field(default="runs/live", description="decision log (Parquet) and cluster state")
 
 

@@ -8,6 +8,19 @@ and keeps the per-slot observations of the job. Everything a cluster agent
 needs after a restart is read back from these actors (level-triggered), never
 from a log of the agent's own.
 
+**Restartable.** The host is created with ``max_restarts=-1``. Its members are
+named, detached actors (:mod:`clusters.ray.member`), so they outlive it, and it
+keeps a durable record (:mod:`clusters.ray.record`: state, coordinator address,
+slot observations, scale calls, scaling events) in the Ray cluster's KV store.
+When Ray restarts a killed host, ``__init__`` reads the record, re-adopts the
+job's members (:meth:`~clusters.ray.spawner.RaySpawner.adopt`) and starts the
+coordinator again on the same address in *rejoin* mode: the members, which
+kept training meanwhile (the coordinator is not on the data path), re-register
+with their ids, plan and shards, and the coordinator rebuilds the plan from
+them (docs/elastic_mxnet.md, "Coordinator restarts"). A job whose workers all
+finished while the host was down is recorded finished; one with no member left
+is failed.
+
 Control calls are idempotent by contract: :meth:`JobHostImpl.scale_to` takes
 absolute targets and starts only the members that are missing (counting the
 ones still starting), so a restarted agent repeating a decision starts no
@@ -24,7 +37,8 @@ from typing import Any
 
 import ray
 
-from clusters.ray.spawner import RaySpawner
+from clusters.ray.record import HostRecord, load_record, save_record
+from clusters.ray.spawner import POOL_NAME, RaySpawner
 from clusters.runtime import actor_class
 from dl2ray.jobspec import JobSpec
 from elastic_mxnet.config import JobConfig, Limits, Liveness
@@ -35,6 +49,8 @@ log = logging.getLogger(__name__)
 
 JOB_PREFIX = "dl2ray-job-"
 TERMINAL = ("finished", "failed", "cancelled")
+SAVE_DELAY_S = 1.0
+"""Seconds a slot's observation waits before the record is written (a host restart may miss it)."""
 
 
 def host_name(job: str) -> str:
@@ -48,11 +64,14 @@ class JobHostImpl:
     """
 
     def __init__(self, spec_json: str, job_id: int, submitted_at: float,
-                 heartbeat_timeout_s: float = 5.0, register_timeout_s: float = 60.0) -> None:
+                 heartbeat_timeout_s: float = 5.0, register_timeout_s: float = 60.0,
+                 orphan_timeout_s: float = 120.0, pool: str | None = POOL_NAME) -> None:
         self.spec = JobSpec.model_validate_json(spec_json)
         self.job_id, self.submitted_at = job_id, submitted_at
-        self.spawner = RaySpawner(self.spec.name, self.spec.worker_args(), self.spec.worker, self.spec.ps)
-        self.liveness = Liveness(heartbeat_timeout_s=heartbeat_timeout_s)
+        self.spawner = RaySpawner(self.spec.name, self.spec.worker_args(), self.spec.worker, self.spec.ps,
+                                  pool)
+        # a member outlives a silent coordinator by orphan_timeout_s: long enough for Ray to restart the host
+        self.liveness = Liveness(heartbeat_timeout_s=heartbeat_timeout_s, orphan_timeout_s=orphan_timeout_s)
         self.register_timeout_s = register_timeout_s
         self.coordinator: Coordinator | None = None
         self.thread: threading.Thread | None = None
@@ -63,9 +82,86 @@ class JobHostImpl:
         self.history: list[dict[str, Any]] = []  # one per slot marked: slot, ps, workers, epochs, seconds
         self.actions: list[dict[str, Any]] = []  # every scale call: time, targets, ok, reason
         self._mark: tuple[float, float] | None = None  # (time, epochs) at the last slot mark
-        self._events: list[dict[str, Any]] = []  # the coordinator's scaling events, as last read
+        self._event_objs: list[Any] = []  # the coordinator's scaling events, as last read
         self._op = threading.Lock()
         self._spawn_lock = threading.Lock()
+        self._status_lock = threading.Lock()
+        self._client: ElasticJob | None = None  # the status reads' connection to the coordinator
+        self._old_events: list[dict[str, Any]] = []  # scaling events of the coordinator before a restart
+        self.restarts = 0
+        self._save_lock = threading.Lock()
+        self._dirty = threading.Event()
+        threading.Thread(target=self._saver, name="record-saver", daemon=True).start()
+        record = load_record(self.spec.name)
+        if record is not None:
+            self._recover(record)
+
+    # ---- durability -----------------------------------------------------------
+
+    def _record(self) -> HostRecord:
+        return HostRecord(state=self.state, reason=self.reason,
+                          coordinator=self.coordinator.address if self.coordinator else None,
+                          started_at=self.started_at, finished_at=self.finished_at, restarts=self.restarts,
+                          history=self.history, actions=self.actions, events=self._all_events())
+
+    def _save(self) -> None:
+        """Write the record now (state changes, scale calls)."""
+        with self._save_lock:
+            try:
+                save_record(self.spec.name, self._record())
+            except Exception:  # the job goes on; only a later restart would miss this change
+                log.exception("job %s: could not save the host record", self.spec.name)
+
+    def _save_soon(self) -> None:
+        """Write the record from the saver thread (a slot's observation: off the snapshot's path)."""
+        self._dirty.set()
+
+    def _saver(self) -> None:
+        while True:
+            self._dirty.wait()
+            # a slot's observation is written a little after the reading that closed it, not while the
+            # agent is still collecting every host's reading (the GCS write and JSON would compete with it)
+            time.sleep(SAVE_DELAY_S)
+            self._dirty.clear()
+            self._save()
+
+    def _all_events(self) -> list[dict[str, Any]]:
+        return self._old_events + [e.model_dump(mode="json") for e in self._event_objs]
+
+    def _recover(self, rec: HostRecord) -> None:
+        """After a restart: the record's state, the members adopted, the coordinator back in rejoin mode."""
+        self.restarts = rec.restarts + 1
+        self.reason, self.started_at, self.finished_at = rec.reason, rec.started_at, rec.finished_at
+        self.history, self.actions, self._old_events = list(rec.history), list(rec.actions), list(rec.events)
+        self.state = rec.state
+        with self._spawn_lock:
+            address = self.spawner.adopt()
+            ended = self.spawner.reap()
+        log.info("job %s: host restarted (%s), adopted %d members", self.spec.name, rec.state,
+                 len(self.spawner.members) + len(ended))
+        if rec.state in TERMINAL or rec.state == "pending" or rec.coordinator is None:
+            with self._spawn_lock:
+                self.spawner.close(grace_s=0.0)  # nothing may run for a job that is over or not started
+            self._save()
+            return
+        import ray.util
+
+        here = ray.util.get_node_ip_address()
+        if any(r.role == "worker" and r.exit_code == 0 for r in ended):
+            self._end("finished", "")  # its workers reached the last iteration while the host was down
+        elif not self.spawner.members:
+            self._end("failed", "host restarted and no member of the job was alive")
+        elif not rec.coordinator.startswith(f"tcp://{here}:"):
+            self._end("failed", f"host restarted on another node ({here}): members know {rec.coordinator}")
+        else:
+            self._start_coordinator(self._config(0, 0, rec.coordinator), rejoin=True)
+            log.info("job %s: coordinator rejoining on %s", self.spec.name, address or rec.coordinator)
+        self._save()
+
+    def _end(self, state: str, reason: str) -> None:
+        self.state, self.reason, self.finished_at = state, reason, time.time()
+        with self._spawn_lock:
+            self.spawner.close(grace_s=0.0 if state != "finished" else 15.0)
 
     # ---- reading ------------------------------------------------------------
 
@@ -78,17 +174,26 @@ class JobHostImpl:
             self.spawner.reap()
         return self._status(self._coordinator_status())
 
-    def slot_status(self, slot: int) -> dict[str, Any]:
-        """:meth:`mark_slot` then :meth:`status`, with one coordinator query (the backend's snapshot)."""
+    def slot_status(self, slot: int, history_from: int = 0) -> dict[str, Any]:
+        """:meth:`mark_slot` then :meth:`status`, with one coordinator query (the backend's snapshot).
+
+        Brief: no scaling events or scale calls, and of the history only the observations from index
+        ``history_from`` on (the backend keeps the ones it read); ``history_len`` is the full count."""
         with self._spawn_lock:
             self.spawner.reap()
         st = self._coordinator_status()
         self._close_slot(slot, st)
-        return self._status(st)
+        out = self._status(st, brief=True)
+        out.update(history=self.history[history_from:], history_from=history_from,
+                   history_len=len(self.history))
+        return out
 
-    def _status(self, st) -> dict[str, Any]:
+    def _status(self, st, brief: bool = False) -> dict[str, Any]:
         members = self._members(st)
         plan = [m for m in members if m["state"] == "member"]
+        events: list[dict[str, Any]] = []
+        if not brief:
+            events = self._all_events()
         return {
             "name": self.spec.name, "job_id": self.job_id, "job_type": self.spec.job_type,
             "state": self.state, "reason": self.reason, "spec": self.spec.model_dump(mode="json"),
@@ -100,9 +205,10 @@ class JobHostImpl:
             "iteration": st.version if st else None,
             "samples_per_s": st.samples_per_s if st else 0.0,
             "operation": st.operation if st else None,
-            "events": [e.model_dump(mode="json") for e in st.events] if st else self._events,
-            "history": list(self.history), "actions": list(self.actions),
-            "busy": self._op.locked(), "spawned": self.spawner.seq,
+            "events": events,
+            "history": [] if brief else list(self.history), "actions": [] if brief else list(self.actions),
+            "busy": self._op.locked(), "spawned": self.spawner.seq, "warm_taken": self.spawner.warm_taken,
+            "restarts": self.restarts,
         }
 
     def _final_epochs(self) -> float:
@@ -112,12 +218,16 @@ class JobHostImpl:
         self._check_thread()
         if self.coordinator is None or self.state in TERMINAL:
             return None
-        try:
-            with ElasticJob(self.coordinator.address, timeout_s=10) as job:
-                st = job.status(timeout_s=10)
-        except (TimeoutError, ScaleRefused):
-            return None
-        self._events = [e.model_dump(mode="json") for e in st.events]
+        with self._status_lock:  # one persistent client: no new ZeroMQ context and connection per read
+            if self._client is None or self._client.address != self.coordinator.address:
+                if self._client is not None:
+                    self._client.close()
+                self._client = ElasticJob(self.coordinator.address, timeout_s=10)
+            try:
+                st = self._client.status(timeout_s=10)
+            except (TimeoutError, ScaleRefused):
+                return None
+        self._event_objs = list(st.events)  # turned into dicts only when asked for (status, record)
         return st
 
     def _members(self, st) -> list[dict[str, Any]]:
@@ -143,6 +253,7 @@ class JobHostImpl:
         self.finished_at = time.time()
         with self._spawn_lock:
             self.spawner.close()
+        self._save()
 
     # ---- the slot ----------------------------------------------------------
 
@@ -168,6 +279,7 @@ class JobHostImpl:
             obs = {"slot": slot - 1, "ps": ps, "workers": workers, "epochs": max(epochs - e0, 0.0),
                    "seconds": now - t0, "loss": float("nan")}
             self.history.append(obs)
+            self._save_soon()
         if self.state not in ("pending",):
             self._mark = (now, epochs)
         return obs
@@ -213,29 +325,39 @@ class JobHostImpl:
             result = self._rescale(ps, workers, ps_nodes, worker_nodes)
         result.update(ps=ps, workers=workers, seconds=time.time() - t0)
         self.actions.append({"time": t0, **result})
+        self._save()
         return result
 
-    def _start(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
+    def _config(self, ps: int, workers: int, address: str | None = None) -> JobConfig:
+        """The coordinator's config: on this node's address, a fresh port (or ``address``'s: a restart)."""
         import ray.util
 
         spec = self.spec
-        cfg = JobConfig(host=ray.util.get_node_ip_address(), initial_ps=ps, initial_workers=workers,
-                        liveness=self.liveness,
-                        limits=Limits(min_ps=1, max_ps=spec.ps_count.max, min_workers=0,
-                                      max_workers=spec.workers.max,
-                                      register_timeout_s=self.register_timeout_s))
-        self.spawner.prefer("ps", ps_nodes)
-        self.spawner.prefer("worker", worker_nodes)
-        self.coordinator = Coordinator(cfg, _Locked(self.spawner, self._spawn_lock))
+        port = int(address.rsplit(":", 1)[1]) if address else 0
+        return JobConfig(host=ray.util.get_node_ip_address(), port=port, initial_ps=ps,
+                         initial_workers=workers, liveness=self.liveness,
+                         limits=Limits(min_ps=1, max_ps=spec.ps_count.max, min_workers=0,
+                                       max_workers=spec.workers.max,
+                                       register_timeout_s=self.register_timeout_s))
+
+    def _start_coordinator(self, cfg: JobConfig, rejoin: bool) -> None:
+        """The coordinator in a thread; ``rejoin``: a restarted host's, rebuilding from its members."""
+        self.coordinator = Coordinator(cfg, _Locked(self.spawner, self._spawn_lock), rejoin=rejoin)
         self.thread = threading.Thread(target=self.coordinator.serve, name="coordinator", daemon=True)
         self.thread.start()
+
+    def _start(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
+        self.spawner.prefer("ps", ps_nodes)
+        self.spawner.prefer("worker", worker_nodes)
+        self._start_coordinator(self._config(ps, workers), rejoin=False)
         self.state, self.started_at = "running", time.time()
+        self._save()
         deadline = time.monotonic() + self.register_timeout_s
         while time.monotonic() < deadline:
             st = self._coordinator_status()
             if st is not None and st.state == "running":
                 return {"ok": True, "reason": "started"}
-            if not self.thread.is_alive():
+            if self.thread is None or not self.thread.is_alive():
                 break
             time.sleep(0.1)
         self._check_thread()
@@ -282,6 +404,7 @@ class JobHostImpl:
                 self.thread.join(timeout=10)
         with self._spawn_lock:
             self.spawner.close(grace_s=0.0)
+        self._save()
         return {"ok": True, "reason": "cancelled"}
 
     def kill_member(self, role: str) -> str | None:
@@ -309,5 +432,5 @@ class _Locked:
             self.spawner.close()
 
 
-JobHost = actor_class(JobHostImpl, num_cpus=0, max_restarts=0, max_concurrency=8)
+JobHost = actor_class(JobHostImpl, num_cpus=0, max_restarts=-1, max_concurrency=8)
 """The host actor class; created detached and named by :meth:`clusters.ray.backend.RayBackend.submit`."""

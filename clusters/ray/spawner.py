@@ -1,65 +1,48 @@
 """Members of elastic MXNet jobs as Ray actors: :class:`RaySpawner` implements elastic_mxnet's ``Spawner``.
 
-Each PS and each worker is one Ray actor (:class:`MemberImpl`) that runs the
-member in its own process — ``elastic_mxnet.server`` for a PS, the
-``elastic_mxnet.demo_train`` loop for a worker — with the job's per-task
-demand as its Ray resources (``num_cpus``, ``num_gpus``, ``memory``) and, when
-a node is given, pinned to that node (hard node affinity). The coordinator
-calls :meth:`RaySpawner.spawn` for the members it needs (initial members,
-scale-ups, PS replacements); the caller names the nodes of the next ones with
+Each PS and each worker is one member actor (:mod:`clusters.ray.member`) that
+runs the member in its own process — ``elastic_mxnet.server`` for a PS, the
+``elastic_mxnet.demo_train`` loop for a worker. The coordinator calls
+:meth:`RaySpawner.spawn` for the members it needs (initial members, scale-ups,
+PS replacements); the caller names the nodes of the next ones with
 :meth:`RaySpawner.prefer`.
 
-The spawner belongs to the job's host actor (:mod:`clusters.ray.job`), so the
-member actors are owned by it: they live and die with the job, never with the
-cluster agent (an agent restart leaves them running).
+Where a member comes from:
+
+* **warm** (the default for CPU-only tasks when the cluster runs a warm pool,
+  :mod:`clusters.ray.pool`): an idle member already started on the wanted node
+  with MXNet imported is taken from the pool and told its job, so a scale-up
+  costs the coordinator's protocol, not a process start. A pooled actor
+  reserves no Ray resources; the task's demand is accounted by the job (the
+  backend counts every member of a job at the job's per-task demand in the view
+  and in placement), never by Ray's free resources;
+* **cold** (no pool, a GPU task, or no idle member on that node): a new actor
+  with the job's per-task demand as its Ray resources (``num_cpus``,
+  ``num_gpus``, ``memory``), pinned to the node by hard node affinity.
+
+Members are named, detached actors: they outlive a restart of the job's host,
+which re-adopts them with :meth:`RaySpawner.adopt`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from clusters.runtime import actor_class
+from clusters.ray.member import create_member, member_handles, member_infos
+from clusters.runtime import NAMESPACE
 from dl2ray.jobspec import TaskDemand
 
 log = logging.getLogger(__name__)
 
-GIB = 1 << 30
-MEMBER_ENV = {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}
-"""Thread settings of every member process: one core's worth of threads (tasks declare fractional cores)."""
-
-
-class MemberImpl:
-    """One PS or worker process of one job; :meth:`run` blocks until the member ends (its exit code)."""
-
-    def __init__(self, role: str, coordinator: str, worker_args: list[str]) -> None:
-        os.environ.update(MEMBER_ENV)  # before MXNet is imported (run() imports it)
-        os.environ["ELASTIC_MXNET_COORDINATOR"] = coordinator
-        self.role, self.coordinator, self.worker_args = role, coordinator, list(worker_args)
-
-    def info(self) -> tuple[int, str]:
-        """``(pid, Ray node id)`` of this member's process."""
-        return os.getpid(), ray.get_runtime_context().get_node_id()
-
-    def run(self) -> int:
-        if self.role == "ps":
-            from elastic_mxnet.server import main as ps_main
-
-            return ps_main(["--coordinator", self.coordinator])
-        from elastic_mxnet.demo_train import main as train_main
-
-        return train_main(self.worker_args)
-
-
-Member = actor_class(MemberImpl, max_restarts=0, max_concurrency=2)
-"""The actor class: ``run`` blocks one thread; ``info`` answers on the other."""
+POOL_NAME = "dl2ray-pool"
+"""The warm pool actor of the cluster (:mod:`clusters.ray.pool`), found by name."""
 
 
 @dataclass
@@ -73,6 +56,7 @@ class MemberRecord:
     info_ref: Any
     wanted_node: str | None
     started_at: float
+    warm: bool = False
     pid: int | None = None
     node: str | None = None
     exit_code: int | None = None
@@ -82,7 +66,8 @@ class MemberRecord:
 class RaySpawner:
     """Starts members of one job as Ray actors (the ``elastic_mxnet.spawner.Spawner`` protocol).
 
-    ``worker_args``: the worker's ``demo_train`` arguments; ``worker``/``ps``: per-task demand.
+    ``worker_args``: the worker's ``demo_train`` arguments; ``worker``/``ps``: per-task demand;
+    ``pool``: name of the warm pool actor to take members from (None: always cold).
     ``prefer(role, nodes)`` queues the Ray node ids the next ``spawn`` calls of ``role`` use.
     """
 
@@ -90,9 +75,11 @@ class RaySpawner:
     worker_args: list[str]
     worker: TaskDemand
     ps: TaskDemand
+    pool: str | None = POOL_NAME
     members: dict[str, MemberRecord] = field(default_factory=dict)
     preferred: dict[str, deque[str]] = field(default_factory=lambda: {"ps": deque(), "worker": deque()})
     seq: int = 0
+    warm_taken: int = 0
 
     def prefer(self, role: str, nodes: list[str]) -> None:
         self.preferred[role] = deque(nodes)
@@ -102,20 +89,47 @@ class RaySpawner:
         self.start(role, coordinator, node)
 
     def start(self, role: str, coordinator: str, node: str | None) -> MemberRecord:
-        """Create one member actor of ``role`` (pinned to ``node`` when given) and start it."""
+        """One member of ``role`` on ``node`` (any node when None), warm from the pool when it has one."""
         demand = self.ps if role == "ps" else self.worker
-        name = f"{self.job}-{role}-{self.seq}"
+        taken = self._take_warm(node) if demand.gpu == 0 else None
+        warm = taken is not None
+        name, handle = taken if taken is not None else create_member(node, demand, warm=False)
         self.seq += 1
-        opts: dict[str, Any] = {"num_cpus": demand.cpu, "num_gpus": demand.gpu,
-                                "memory": max(int(demand.mem * GIB), 0) or None, "name": None}
-        if node is not None:
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-        handle = Member.options(**{k: v for k, v in opts.items() if v is not None}).remote(
-            role, coordinator, self.worker_args)
-        rec = MemberRecord(name, role, handle, handle.run.remote(), handle.info.remote(), node, time.time())
+        self.warm_taken += warm
+        info_ref = handle.start.remote(self.job, role, coordinator, self.worker_args)
+        rec = MemberRecord(name, role, handle, handle.wait.remote(), info_ref, node, time.time(), warm)
         self.members[name] = rec
-        log.info("job %s: started %s on node %s", self.job, name, node or "any")
+        log.info("job %s: %s %s (%s) on node %s", self.job, role, name, "warm" if warm else "cold",
+                 node or "any")
         return rec
+
+    def _take_warm(self, node: str | None) -> tuple[str, Any] | None:
+        """An idle pooled member on ``node`` (any node when None), or None (no pool, none idle there)."""
+        if self.pool is None:
+            return None
+        try:
+            pool = ray.get_actor(self.pool, namespace=NAMESPACE)
+            taken: Any = ray.get(pool.take.remote(node), timeout=10)
+        except (ValueError, ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            return None
+        return None if taken is None else (str(taken[0]), taken[1])
+
+    def adopt(self) -> str | None:
+        """Take back the members of this job that are alive (after a restart of the host); the coordinator
+        address they serve (None: none alive). Members whose loop already ended are adopted too (their
+        exit code is read by the next :meth:`reap`)."""
+        infos = member_infos(handles := member_handles())
+        address = None
+        for name, info in sorted(infos.items()):
+            if info["job"] != self.job:
+                continue
+            handle = handles[name]
+            rec = MemberRecord(name, info["role"], handle, handle.wait.remote(), None, info["node"],
+                               time.time(), bool(info["warm"]), info["pid"], info["node"])
+            self.members[name] = rec
+            address = address or info["coordinator"]
+        self.seq = len(self.members)
+        return address
 
     def reap(self) -> list[MemberRecord]:
         """Update every member: learn pid/node of started ones, end and forget those whose run ended.
@@ -125,7 +139,7 @@ class RaySpawner:
         """
         ended = []
         for name, rec in list(self.members.items()):
-            if rec.pid is None:
+            if rec.pid is None and rec.info_ref is not None:
                 ready, _ = ray.wait([rec.info_ref], timeout=0)
                 if ready:
                     try:
@@ -139,7 +153,7 @@ class RaySpawner:
                 except ray.exceptions.RayError as exc:
                     log.warning("job %s: member %s died: %s", self.job, name, type(exc).__name__)
                     rec.exit_code = -1
-                ray.kill(rec.handle)
+                _kill(rec.handle)
                 del self.members[name]
                 ended.append(rec)
         return ended
@@ -149,7 +163,7 @@ class RaySpawner:
         for name in names:
             rec = self.members.pop(name, None)
             if rec is not None:
-                ray.kill(rec.handle)
+                _kill(rec.handle)
 
     def close(self, grace_s: float = 15.0) -> None:
         """End every member: wait up to ``grace_s`` for their ``run`` to return (a finished worker may
@@ -158,3 +172,8 @@ class RaySpawner:
         if refs and grace_s > 0:
             ray.wait(refs, num_returns=len(refs), timeout=grace_s)
         self.stop(list(self.members))
+
+
+def _kill(handle: Any) -> None:
+    with suppress(ray.exceptions.RayError):
+        ray.kill(handle)
