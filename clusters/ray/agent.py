@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import ray
 
 from clusters.agent.loop import Agent
+from clusters.agent.waiting import queue
 from clusters.ray.backend import RayBackend, list_hosts
 from clusters.ray.config import LiveConfig
 from clusters.runtime import NAMESPACE, actor_class, incarnation
@@ -101,11 +102,20 @@ class LiveAgentImpl:
         return {"ok": True, "job": st}
 
     def jobs(self) -> list[dict[str, Any]]:
-        return sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
+        """Every job's status in submission order; a waiting job's has ``queue``: its position among the
+        waiting jobs and why it waits, from the last decision (:mod:`clusters.agent.waiting`), else None."""
+        jobs = sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
+        waits = queue(jobs, self.agent.last_decision)
+        return [{**s, "queue": waits.get(s["name"])} for s in jobs]
 
     def job(self, name: str) -> dict[str, Any] | None:
+        """One job's full status, with ``queue`` as in :meth:`jobs`."""
         host = self.backend.hosts().get(name)
-        return None if host is None else ray.get(host.status.remote())
+        if host is None:
+            return None
+        st = ray.get(host.status.remote())
+        others = [s for n, s in self.backend.statuses().items() if n != name]
+        return {**st, "queue": queue([*others, st], self.agent.last_decision).get(name)}
 
     def cancel(self, name: str) -> dict[str, Any]:
         try:

@@ -1,5 +1,10 @@
 """The Ray head a ``dl2ray`` command starts for a cluster of its own (``cluster up``, ``federation up``, the
-live demo): ``ray start --head --block`` in a session of its own, stopped by its pid, never ``ray stop``."""
+live demo): ``ray start --head --block`` in a session of its own, stopped by its pid, never ``ray stop``.
+
+With a token file (:mod:`clusters.ray.auth`) the head runs with Ray's token authentication on; its
+processes, job drivers included, inherit the token's path. The directory of this Python's executables
+(the project's virtual environment) goes first on the head's ``PATH``, so that a ``ray job submit``
+entrypoint ``dl2ray submit ...`` finds the project's ``dl2ray`` in a shell that never activated it."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from clusters.ray.auth import child_env
 from dl2ray.errors import UserError
 
 
@@ -27,15 +33,19 @@ def _free_port(preferred: int) -> int:
     raise UserError("no free port")
 
 
-def start_head(num_cpus: int | None, dashboard_port: int, log: Path) -> dict[str, Any]:
-    """``ray start --head --block`` in a session of its own (stopped by pid in :func:`stop_head`)."""
+def start_head(num_cpus: int | None, dashboard_port: int, log: Path,
+               token_path: Path | None = None) -> dict[str, Any]:
+    """``ray start --head --block`` in a session of its own (stopped by pid in :func:`stop_head`);
+    ``token_path``: the cluster's token file (token authentication on), None: authentication disabled.
+    Returns ``address`` (GCS, ``host:port``), ``dashboard`` (the Jobs API's URL) and ``pid``."""
     port, dash = _free_port(0), _free_port(dashboard_port)
-    env = {
-        **os.environ,
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
+    bin_dir = str(Path(sys.executable).parent)
+    env = child_env(token_path)
+    env.update(
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        RAY_USAGE_STATS_ENABLED="0",
+        PATH=os.pathsep.join([bin_dir, *(p for p in env.get("PATH", "").split(os.pathsep) if p)]),
+    )
     ray_bin = str(Path(sys.executable).with_name("ray"))
     cmd = [
         ray_bin,
