@@ -1,4 +1,6 @@
-"""Control-loop overhead of the live agent: view + decide + apply per slot, for N running jobs.
+"""Live benchmarks without a head of their own to manage: the control-loop overhead of the agent (view +
+decide + apply per slot, for N running jobs), and the arithmetic of ``bench live-demo`` (the seeded
+submission times every scheduler gets, the JCT summary over repeated runs).
 
 A local Ray instance (logical CPUs enough for every member), the agent actor
 with the chosen scheduler, N tiny jobs capped at 1 PS + 1 worker (so that the
@@ -80,3 +82,46 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
             }
         rows.append(row)
     return {"scheduler": scheduler, "slot_seconds": slot_seconds, "cpus": os.cpu_count(), "results": rows}
+
+
+def arrival_schedule(n: int, mean_gap_s: float, seed: int) -> list[float]:
+    """Submission offsets of ``n`` jobs, seconds from a run's start: the first at 0, then gaps drawn
+    exponential with mean ``mean_gap_s`` (Poisson arrivals) from ``numpy.random.default_rng(seed)``,
+    rounded to 0.1 s. The same arguments give the same offsets, for every scheduler and every run."""
+    gaps = np.random.default_rng(seed).exponential(mean_gap_s, size=max(n - 1, 0)) if mean_gap_s > 0 else \
+        np.zeros(max(n - 1, 0))
+    return [round(float(x), 1) for x in np.concatenate([[0.0], np.cumsum(gaps)])][:n]
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    """Mean, sample standard deviation (0 for one value), min and max, seconds."""
+    a = np.asarray(values, dtype=np.float64)
+    if a.size == 0:
+        return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
+    return {"n": int(a.size), "mean": round(float(a.mean()), 2),
+            "std": round(float(a.std(ddof=1)) if a.size > 1 else 0.0, 2),
+            "min": round(float(a.min()), 2), "max": round(float(a.max()), 2)}
+
+
+def jct_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per scheduler, over its runs (each a ``run_live`` record): the average JCT of a run (mean, spread,
+    every run's value), each job's JCT over the runs, jobs finished, scaling events per run, and how late
+    the agent registered a job after its scheduled offset (``submit_lag_s``). JCTs of finished jobs only."""
+    out: dict[str, dict[str, Any]] = {}
+    for sched in dict.fromkeys(r["scheduler"] for r in runs):
+        mine = [r for r in runs if r["scheduler"] == sched]
+        avgs = [r["avg_jct_s"] for r in mine if r["avg_jct_s"] is not None]
+        jobs = [j for r in mine for j in r["jobs"]]
+        per_job = {name: _stats([j["jct_s"] for j in jobs if j["job"] == name and j["state"] == "finished"])
+                   for name in dict.fromkeys(j["job"] for j in jobs)}
+        lags = [j["submitted_s"] - j["offset_s"] for j in jobs if j.get("offset_s") is not None]
+        out[sched] = {
+            "runs": len(mine),
+            "finished": f"{sum(r['finished'] for r in mine)}/{len(jobs)}",
+            "avg_jct_s": {**_stats(avgs), "per_run": avgs},
+            "job_jct_s": per_job,
+            "all_jct_s": _stats([j["jct_s"] for j in jobs if j["state"] == "finished"]),
+            "scaling_events_per_run": _stats([sum(j["scaling_events"] for j in r["jobs"]) for r in mine]),
+            "submit_lag_s": _stats(lags),
+        }
+    return out
