@@ -106,11 +106,11 @@ def _fmt(d: np.ndarray) -> str:
 
 def reason(job: WaitingJob, last: LastDecision | None) -> tuple[str, str]:
     """``(reason, detail)`` of one waiting job (module docstring)."""
+    if job.busy or job.state == "running":  # also while the decision that started it is still applied
+        return STARTING, "given tasks; its members are starting"
     seen = last is not None and any(v.job_id == job.job_id for v in last.view.jobs)
     if last is None or not seen:
         return FIRST_SLOT, "submitted after the agent's last decision"
-    if job.busy or job.state == "running":
-        return STARTING, "given tasks; its members are starting"
     free = last.view.free
     minimum = [job.ps_demand] * job.ps_min + [job.worker_demand] * job.workers_min
     need = f"{job.ps_min} PS {_fmt(job.ps_demand)} + {job.workers_min} workers {_fmt(job.worker_demand)}"

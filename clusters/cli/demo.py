@@ -52,6 +52,9 @@ def run_live(
     at its offset (the benchmark: no submitter process competing for the CPUs). ``submitted_s`` of
     each job in the record is when the agent registered it.
     """
+    from clusters.runtime import ray_env
+
+    ray_env()  # before Ray's first import (below): Ray reads it then
     from clusters.ray.agent import launch_agent, teardown
     from clusters.ray.auth import child_env, create_token, use_token
     from clusters.ray.config import load_live_config

@@ -22,7 +22,7 @@ import typer
 
 from clusters.ray.auth import create_token, env_token_path, export_line, use_token
 from clusters.ray.head import start_head, stop_head
-from clusters.runtime import connected
+from clusters.runtime import connected, ray_env
 from dl2ray.errors import UserError
 from dl2ray.jobspec import load_jobspec
 
@@ -429,6 +429,7 @@ def cluster_down(config: ConfigOpt = LIVE_CONFIG, address: AddressOpt = None) ->
     address = address or state.get("address")
     if address is None:
         raise UserError("no cluster to stop: no --address and no cluster.json")
+    ray_env()  # before Ray's first import (below): Ray reads it then
     from clusters.ray.agent import teardown
 
     token = _token_of(state)
