@@ -12,13 +12,17 @@ allocation and the backend's report of what it did with it:
 * ``members starting``: the job was given tasks and its members are starting
   (a scale operation in flight, or running with no worker yet);
 * ``paused by the scheduler``: a paused job the allocation gave nothing;
-* ``no free resources``: given nothing, and no node had room for even one of
-  its PS or one of its workers;
+* ``no free resources``: given nothing, and the jobs the scheduler kept or
+  started leave no node room for even one of its PS or one of its workers;
 * ``min demand does not fit``: given nothing (or given tasks that placement
-  could not fit), and the free room per node cannot hold its minimum
+  could not fit), and the room they leave per node cannot hold its minimum
   (``ps_count.min`` PS and ``workers.min`` workers, first fit);
-* ``scheduler gave it 0``: its minimum would have fit, the scheduler gave the
-  room to other jobs (or left it free);
+* ``scheduler gave it 0``: its minimum fits in the room left, the scheduler
+  gave it nothing (its policy prefers to leave the room free);
+
+The room left is :func:`room_after`: the view's ``free`` (what the scheduler
+may give out, since every slot reallocates every job) less every task of the
+allocation, on its node.
 * ``start refused``: the backend tried to start it and the job host refused.
 """
 
@@ -93,11 +97,42 @@ def fits(free: np.ndarray, tasks: Sequence[np.ndarray]) -> bool:
     task first (a task never spans nodes)."""
     room = free.copy()
     for t in sorted(tasks, key=lambda d: -float(d.sum())):
-        ok = np.flatnonzero(np.all(room + EPS >= t, axis=1))
-        if ok.size == 0:
+        node = first_fit(room, t)
+        if node is None:
             return False
-        room[ok[0]] -= t
+        room[node] -= t
     return True
+
+
+def first_fit(room: np.ndarray, task: np.ndarray) -> int | None:
+    """The first node of ``room`` (shape (N, 3)) with room for ``task`` (shape (3,)), or None."""
+    ok = np.flatnonzero(np.all(room + EPS >= task, axis=1))
+    return int(ok[0]) if ok.size else None
+
+
+def room_after(view: ClusterView, allocation: Allocation) -> np.ndarray:
+    """Shape (N, 3): the room per node once ``allocation`` runs. The view's ``free`` is what the scheduler
+    may give out (every slot reallocates every job); each allocated task is charged on the node the
+    allocation names for it, else on a node the job's tasks of that role run on now, else first fit (a
+    task that fits nowhere is left out: the backend cuts it too)."""
+    room = view.free.copy()
+    jobs = {v.job_id: v for v in view.jobs}
+    for job_id, t in allocation.tasks.items():
+        v = jobs.get(job_id)
+        if v is None or t.workers <= 0 or t.ps <= 0:
+            continue
+        wish = (allocation.placement or {}).get(job_id)
+        for n, demand, wished, now in ((t.ps, v.ps_demand, wish.ps_nodes if wish else (), v.ps_nodes),
+                                       (t.workers, v.worker_demand, wish.worker_nodes if wish else (),
+                                        v.worker_nodes)):
+            nodes = list(wished) or list(now)
+            for k in range(n):
+                node = nodes[k] if k < len(nodes) and k < len(room) else None
+                if node is None or not np.all(room[node] + EPS >= demand):
+                    node = first_fit(room, demand)
+                if node is not None:
+                    room[node] -= demand
+    return room
 
 
 def _fmt(d: np.ndarray) -> str:
@@ -111,10 +146,10 @@ def reason(job: WaitingJob, last: LastDecision | None) -> tuple[str, str]:
     seen = last is not None and any(v.job_id == job.job_id for v in last.view.jobs)
     if last is None or not seen:
         return FIRST_SLOT, "submitted after the agent's last decision"
-    free = last.view.free
+    free = room_after(last.view, last.allocation)
     minimum = [job.ps_demand] * job.ps_min + [job.worker_demand] * job.workers_min
     need = f"{job.ps_min} PS {_fmt(job.ps_demand)} + {job.workers_min} workers {_fmt(job.worker_demand)}"
-    largest = _fmt(free.max(axis=0)) if len(free) else "(no nodes)"
+    largest = _fmt(free.max(axis=0)) if len(free) else "(no nodes)"  # most room on a node, per resource
     t = last.allocation.tasks.get(job.job_id)
     if t is not None and t.workers > 0 and t.ps > 0:
         action = next((a for a in last.report.actions if a.job == job.name), None)
@@ -123,14 +158,14 @@ def reason(job: WaitingJob, last: LastDecision | None) -> tuple[str, str]:
         if action is not None and action.ok is False:
             return REFUSED, f"given {t.ps} PS + {t.workers} workers; the job host refused: {action.reason}"
         return MIN_DOES_NOT_FIT, (f"given {t.ps} PS + {t.workers} workers, placement found no room; "
-                                  f"needs {need}, most free on a node {largest}")
+                                  f"needs {need}, most left on a node {largest}")
     if job.state == "paused":
         return PAUSED, f"the scheduler gave it nothing in slot {last.view.slot}"
     if not (fits(free, [job.ps_demand]) and fits(free, [job.worker_demand])):
         return NO_RESOURCES, f"no node has room for one PS {_fmt(job.ps_demand)} and one worker " \
-                             f"{_fmt(job.worker_demand)}; most free on a node {largest}"
+                             f"{_fmt(job.worker_demand)}; most left on a node {largest}"
     if not fits(free, minimum):
-        return MIN_DOES_NOT_FIT, f"needs {need}; most free on a node {largest}"
+        return MIN_DOES_NOT_FIT, f"needs {need}; most left on a node {largest}"
     return GIVEN_ZERO, f"its minimum ({need}) fit; the scheduler gave it nothing in slot {last.view.slot}"
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import typer
 
 from clusters.cli.live_bench import LIVE_CONFIG, ROOT
+from clusters.runtime import ray_env
 from dl2ray.errors import UserError
 from dl2ray.jobspec import load_jobspec
 
@@ -52,8 +53,6 @@ def run_live(
     at its offset (the benchmark: no submitter process competing for the CPUs). ``submitted_s`` of
     each job in the record is when the agent registered it.
     """
-    from clusters.runtime import ray_env
-
     ray_env()  # before Ray's first import (below): Ray reads it then
     from clusters.ray.agent import launch_agent, teardown
     from clusters.ray.auth import child_env, create_token, use_token
@@ -278,6 +277,7 @@ def demo_jobs() -> list[Path]:
 
 def demo_live(out: Path, model: Path, slot_seconds: float = 5.0, stagger_s: float = 10.0) -> None:
     """``dl2ray demo --live``: the shipped DL2 policy on four real jobs (module docstring)."""
+    ray_env()  # before Ray's first import: Ray reads it then
     if not model.is_file():
         raise UserError(f"--model: {model}: no such checkpoint")
     jobs = demo_jobs()
@@ -321,6 +321,7 @@ def bench_live_demo(
     each, interleaved: per-run and per-job JCTs, and each scheduler's mean and spread."""
     from clusters.cli.live_bench import arrival_schedule, jct_summary
 
+    ray_env()  # before Ray's first import: Ray reads it then
     names = [x.strip() for x in schedulers.split(",") if x.strip()]
     if not names:
         raise UserError("--schedulers: give at least one scheduler")

@@ -118,3 +118,24 @@ def test_the_control_loop_keeps_its_last_decision(tmp_path: Path) -> None:
     agent.step()  # a failed step leaves the decision that was applied last
     assert agent.last_decision is first
     agent.close()
+
+
+def test_the_room_left_is_the_views_free_less_every_allocated_task_on_its_node() -> None:
+    from dl2ray.view import JobPlacement
+
+    a, b = status("a", "running", 1.0, workers=1), status("b", "pending", 2.0)
+    last = decision([a, b], [[2, 0, 8], [2, 0, 8]], {"a": Tasks(1, 1)})
+    assert w.room_after(last.view, last.allocation).tolist() == [[0.5, 0, 6], [2, 0, 8]]  # first fit
+    wished = w.LastDecision(last.view, Allocation({job_id_of("a"): Tasks(1, 1)}, {
+        job_id_of("a"): JobPlacement(worker_nodes=(1,), ps_nodes=(0,))}), last.report)
+    assert w.room_after(wished.view, wished.allocation).tolist() == [[1.5, 0, 7], [1, 0, 7]]
+    assert w.queue([a, b], wished)["b"]["reason"] == w.GIVEN_ZERO  # 1 PS + 1 worker still fit on node 0
+
+
+@pytest.mark.parametrize(("b_worker_cpu", "expected"), [(1.0, w.NO_RESOURCES), (0.5, w.MIN_DOES_NOT_FIT)])
+def test_a_running_job_that_keeps_the_room_makes_the_next_one_wait_for_it(b_worker_cpu: float,
+                                                                          expected: str) -> None:
+    # node: 2 CPUs; a keeps 1 PS (0.5) + 1 worker (1.0): 0.5 CPU left, b's PS alone (0.5) would fit
+    a, b = status("a", "running", 1.0, workers=1), status("b", "pending", 2.0, cpu=b_worker_cpu)
+    q = w.queue([a, b], decision([a, b], [[2, 0, 8]], {"a": Tasks(1, 1)}))
+    assert set(q) == {"b"} and q["b"]["reason"] == expected and "cpu 0.5" in q["b"]["detail"]
