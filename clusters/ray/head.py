@@ -33,6 +33,11 @@ def _free_port(preferred: int) -> int:
     raise UserError("no free port")
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def start_head(num_cpus: int | None, dashboard_port: int, log: Path,
                token_path: Path | None = None) -> dict[str, Any]:
     """``ray start --head --block`` in a session of its own (stopped by pid in :func:`stop_head`);
@@ -74,9 +79,8 @@ def start_head(num_cpus: int | None, dashboard_port: int, log: Path,
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise UserError(f"ray start failed (exit {proc.returncode}); see {log}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", dash)) == 0:
-                return {"address": address, "dashboard": f"http://127.0.0.1:{dash}", "pid": proc.pid}
+        if all(_listening(p) for p in (port, dash)):  # the GCS and the dashboard (Jobs API) answer
+            return {"address": address, "dashboard": f"http://127.0.0.1:{dash}", "pid": proc.pid}
         time.sleep(0.5)
     stop_head(proc.pid)
     raise UserError(f"the Ray head did not come up within 90 s; see {log}")
