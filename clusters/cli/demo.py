@@ -1,10 +1,13 @@
 """``dl2ray demo --live`` and the live benchmarks (``bench live-demo``, ``bench live-loop``).
 
-The demo starts a local Ray head (``ray start --head --block``, stopped by pid
-at the end), the agent with the chosen scheduler, submits four small jobs with
-``ray job submit`` (each entrypoint is ``dl2ray submit JOB.yaml``, which follows
-its job), samples every job's deployment once a second, and writes a timeline
-plot (members per job over time, scaling events marked) and each job's JCT.
+The demo starts a local Ray head with token authentication (``ray start --head
+--block``, stopped by pid at the end), the agent with the chosen scheduler,
+submits four small jobs as Ray users do (``ray job submit --working-dir DIR --
+dl2ray submit JOB.yaml``, which follows its job), samples every job's
+deployment once a second, and writes a timeline plot (members per job over
+time, scaling events marked) and each job's JCT. ``bench live-demo`` runs the
+same under several schedulers, repeatedly, every run with the same seeded
+submission times (docs/live.md, "The live comparison").
 """
 
 from __future__ import annotations
