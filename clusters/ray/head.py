@@ -71,6 +71,8 @@ def start_head(num_cpus: int | None, dashboard_port: int, log: Path,
         str(dash),
         "--include-dashboard",
         "true",
+        "--dashboard-agent-listen-port",  # Ray's default (52365) is taken when another head runs here
+        str(_free_port(0)),
         "--num-cpus",
         str(num_cpus or os.cpu_count() or 1),
         "--disable-usage-stats",

@@ -136,7 +136,7 @@ def test_token_auth_stays_on_and_ray_users_submit_with_relative_paths(cluster, t
 def test_a_waiting_jobs_place_and_reason_reach_jobs_list_and_status(cluster, tmp_path: Path) -> None:
     cfg, _, env = cluster
     # 2 CPUs: the first job takes 1.5 of them, the second needs 1 for its minimum
-    big = tiny_job("big", epochs=2000, worker={"cpu": 1.0, "gpu": 0, "mem": 0.1},
+    big = tiny_job("big", epochs=2000, sample_delay_s=0.01, worker={"cpu": 1.0, "gpu": 0, "mem": 0.1},
                    ps={"cpu": 0.5, "gpu": 0, "mem": 0.1})
     (tmp_path / "big.yaml").write_text(yaml.safe_dump(big))
     (tmp_path / "next.yaml").write_text(yaml.safe_dump(tiny_job(
