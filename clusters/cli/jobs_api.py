@@ -26,7 +26,7 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 def is_jobs_api(address: str | None) -> bool:
     """True for the dashboard's URL (``http(s)://host:port``), False for a GCS address (``host:port``)."""
-    return bool(address) and address.startswith(("http://", "https://"))  # type: ignore[union-attr]
+    return address is not None and address.startswith(("http://", "https://"))
 
 
 def _client(url: str, token: Path | None) -> Any:
