@@ -33,7 +33,7 @@ import ray
 
 from clusters.agent.loop import Agent
 from clusters.agent.waiting import queue
-from clusters.ray.backend import RayBackend, list_hosts
+from clusters.ray.backend import RayBackend, RayJob, list_hosts
 from clusters.ray.config import LiveConfig
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
@@ -109,12 +109,13 @@ class LiveAgentImpl:
         return [{**s, "queue": waits.get(s["name"])} for s in jobs]
 
     def job(self, name: str) -> dict[str, Any] | None:
-        """One job's full status, with ``queue`` as in :meth:`jobs`."""
+        """One job's full status, with ``queue`` as in :meth:`jobs`; the other jobs as the last slot read
+        them (a follower polls this every second: no call to every other job's host)."""
         host = self.backend.hosts().get(name)
         if host is None:
             return None
         st = ray.get(host.status.remote())
-        others = [s for n, s in self.backend.statuses().items() if n != name]
+        others = [_brief(j) for n, j in dict(self.backend.jobs).items() if n != name]
         return {**st, "queue": queue([*others, st], self.agent.last_decision).get(name)}
 
     def cancel(self, name: str) -> dict[str, Any]:
@@ -148,6 +149,12 @@ class LiveAgentImpl:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _brief(job: RayJob) -> dict[str, Any]:
+    """What :func:`~clusters.agent.waiting.queue` needs of a job, as the last snapshot read it."""
+    return {"name": job.name, "job_id": job.job_id, "state": job.state, "submitted_at": job.submitted_at,
+            "workers": job.plan()[1], "busy": job.busy, "spec": job.spec.model_dump(mode="json")}
 
 
 LiveAgent = actor_class(LiveAgentImpl, num_cpus=0, max_restarts=-1, max_concurrency=8)

@@ -139,3 +139,17 @@ def test_a_running_job_that_keeps_the_room_makes_the_next_one_wait_for_it(b_work
     a, b = status("a", "running", 1.0, workers=1), status("b", "pending", 2.0, cpu=b_worker_cpu)
     q = w.queue([a, b], decision([a, b], [[2, 0, 8]], {"a": Tasks(1, 1)}))
     assert set(q) == {"b"} and q["b"]["reason"] == expected and "cpu 0.5" in q["b"]["detail"]
+
+
+def test_the_agents_brief_of_a_job_from_the_last_snapshot_is_what_the_queue_reads() -> None:
+    from clusters.ray.agent import _brief
+    from clusters.ray.backend import Member, RayJob
+    from dl2ray.jobspec import JobSpec
+
+    running = RayJob("a", "running", JobSpec.model_validate(spec("a")), 1.0, 0.5,
+                     [Member("ps", "n1", "member"), Member("worker", "n1", "member")], (), False)
+    pending = RayJob("b", "pending", JobSpec.model_validate(spec("b")), 2.0, 0.0, [], (), True)
+    briefs = [_brief(running), _brief(pending)]
+    assert briefs[0]["workers"] == 1 and briefs[1]["busy"] and briefs[1]["job_id"] == job_id_of("b")
+    q = w.queue(briefs, decision(briefs, [[4, 0, 8]], {"a": Tasks(1, 1)}))
+    assert set(q) == {"b"} and q["b"]["reason"] == w.STARTING and q["b"]["position"] == 1
