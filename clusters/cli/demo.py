@@ -81,14 +81,17 @@ def run_live(
             while ray.get(agent.status.remote())["slots_done"] < 1:
                 time.sleep(0.2)
             t0 = epoch + (math.floor((time.time() - epoch) / slot_seconds) + 1.5) * slot_seconds
+            replies = []
             for job, at in sorted(zip(jobs, offsets_s, strict=True), key=lambda x: x[1]):
                 samples += _sample_until(ray, agent, t0, t0 + at)
                 if use_job_submit:
                     submitters.append(_ray_job_submit(job, head["dashboard"], out, child_env(token)))
-                else:
-                    res = ray.get(agent.submit.remote(load_jobspec(job).model_dump(mode="json")))
-                    if not res["ok"]:
-                        raise UserError(f"{job}: {res['error']}")
+                else:  # not waiting for the reply: it comes once the job's host actor started (seconds)
+                    replies.append((job, agent.submit.remote(load_jobspec(job).model_dump(mode="json"))))
+            for job, ref in replies:
+                res = ray.get(ref)
+                if not res["ok"]:
+                    raise UserError(f"{job}: {res['error']}")
             names = [_job_name(j) for j in jobs]
             samples += _sample_until_done(ray, agent, t0, len(names), time.time() + timeout_s)
             final = ray.get(agent.jobs.remote())
