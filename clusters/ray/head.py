@@ -51,8 +51,9 @@ def start_head(num_cpus: int | None, dashboard_port: int, log: Path,
         RAY_USAGE_STATS_ENABLED="0",
         PATH=os.pathsep.join([bin_dir, *(p for p in env.get("PATH", "").split(os.pathsep) if p)]),
     )
-    # On a loaded machine the raylet waits longer than Ray's defaults for itself and for the dashboard
-    # agent (a Python process importing much), and would abort the head; the user's settings win.
+    # On a loaded machine: longer waits than Ray's defaults for the raylet and the agents' registration
+    # (the user's settings win). The raylet's wait for the dashboard agent's port files did not follow
+    # RAY_agent_register_timeout_ms in our runs: at load 47 a head still aborted (docs/live.md, Limits).
     for var, value in (("RAY_raylet_start_wait_time_s", "180"), ("RAY_agent_register_timeout_ms", "180000")):
         env.setdefault(var, value)
     ray_bin = str(Path(sys.executable).with_name("ray"))
