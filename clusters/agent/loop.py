@@ -33,6 +33,7 @@ from clusters.agent.backend import LiveBackend
 from clusters.agent.guard import DecisionLog, GuardedScheduler
 from clusters.agent.metrics import AgentMetrics
 from clusters.agent.settings import AgentConfig
+from clusters.agent.waiting import LastDecision
 from dl2ray.config import ExperimentConfig
 from dl2ray.schedulers.base import Scheduler, make_scheduler
 from dl2ray.view import ClusterView
@@ -72,6 +73,7 @@ class Agent:
         self.loop_ms: list[dict[str, float]] = []  # per slot: view, decide, apply and total milliseconds
         self.slots_done = 0
         self.last_slot = -1
+        self.last_decision: LastDecision | None = None  # the latest slot's, for why jobs wait
         self.adopted = backend.adopt()
 
     def step(self) -> dict[str, Any]:
@@ -88,6 +90,7 @@ class Agent:
             t2 = time.perf_counter()
             report = self.backend.apply(alloc)
             t3 = time.perf_counter()
+            self.last_decision = LastDecision(view, alloc, report)
             timings = {"view_ms": (t1 - t0) * 1e3, "decide_ms": (t2 - t1) * 1e3,
                        "apply_ms": (t3 - t2) * 1e3, "total_ms": (t3 - t0) * 1e3}
             row.update(slot=view.slot, jobs=len(view.jobs), **timings, actions=len(report.actions),

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clusters.ray.auth import create_token, env_token_path, export_line, use_token
 from clusters.ray.head import start_head, stop_head
-from clusters.runtime import connected
+from clusters.runtime import connected, ray_env
 from dl2ray.errors import UserError
 from dl2ray.jobspec import load_jobspec
 
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
 LIVE_CONFIG = Path("configs/live-local.yaml")
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="live cluster config")]
 AddressOpt = Annotated[str | None, typer.Option(help="Ray address (default: RAY_ADDRESS, else cluster.json)")]
+SubmitAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        help="Ray address (default: RAY_ADDRESS, else cluster.json); http://HOST:PORT: submit through "
+        "Ray's Jobs API (as `ray job submit`)",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON on stdout")]
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Show and control the jobs the live agent runs.")
@@ -70,17 +79,38 @@ def _state_file(cfg) -> Path:
     return cfg.resolve(cfg.live.log_dir) / "cluster.json"
 
 
+def _cluster_state(config: Path) -> dict[str, Any]:
+    """What ``cluster up`` recorded in the config's ``cluster.json`` ({} if it did not)."""
+    state = _state_file(_live_config(config)) if config.is_file() else None
+    return json.loads(state.read_text()) if state is not None and state.is_file() else {}
+
+
+def _token_of(state: dict[str, Any]) -> Path | None:
+    """The token file ``cluster up`` recorded, if any (None: that head runs without token auth)."""
+    path = state.get("auth", {}).get("token_path")
+    return Path(path) if path else None
+
+
 def _address(address: str | None, config: Path) -> str | None:
-    """The Ray address to connect to; None means RAY_ADDRESS (Ray reads it itself)."""
+    """The Ray address to connect to; None means RAY_ADDRESS (Ray reads it itself). Also makes this process
+    present the cluster's token (:mod:`clusters.ray.auth`): the one its environment names (a ``ray job
+    submit`` entrypoint inherits it from the head), else the one ``cluster up`` recorded."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return None  # a connected driver (tests, scripts) is used as it is
+    state = {} if env_token_path() is not None else _cluster_state(config)
+    token = _token_of(state)
+    if token is not None:
+        use_token(token)
     if address:
         return address
-    ray = sys.modules.get("ray")
-    if os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized()):
-        return None  # Ray reads RAY_ADDRESS itself; a connected driver (tests, scripts) is used as it is
-    state = _state_file(_live_config(config)) if config.is_file() else None
-    if state is None or not state.is_file():
+    if os.environ.get("RAY_ADDRESS"):
+        return None  # Ray reads RAY_ADDRESS itself
+    if "address" not in state:
+        state = _cluster_state(config)
+    if "address" not in state:
         raise UserError("no Ray cluster: give --address, set RAY_ADDRESS, or run `dl2ray cluster up` first")
-    return json.loads(state.read_text())["address"]
+    return state["address"]
 
 
 def _agent(name: str = "dl2ray-agent"):
@@ -113,21 +143,29 @@ def start_agent(cfg: LiveConfig, scheduler: str | None = None, shadow: bool | No
 def submit(
     job: Annotated[Path, typer.Argument(help="job spec YAML (see examples/jobs/)")],
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the job to its end")] = True,
-    address: AddressOpt = None,
+    address: SubmitAddressOpt = None,
     config: ConfigOpt = LIVE_CONFIG,
     poll: Annotated[float, typer.Option(min=0.1, help="seconds between progress polls")] = 1.0,
     k8s: Annotated[
         bool, typer.Option("--k8s", help="create a DL2Job on Kubernetes (--config: configs/k8s-cluster.yaml)")
     ] = False,
 ) -> None:
-    """Submit a training job to the live agent; follow it (exit 0 finished, 1 failed or cancelled)."""
+    """Submit a training job to the live agent; follow it (exit 0 finished, 1 failed or cancelled).
+    With ``--address http://HEAD:PORT`` (the Jobs API) it goes as a Ray job whose entrypoint is
+    ``dl2ray submit`` on the cluster, the same as ``ray job submit``."""
     if k8s:
         from clusters.cli.k8s import K8S_CONFIG, submit_k8s
 
         phase = submit_k8s(job, K8S_CONFIG if config == LIVE_CONFIG else config, follow, poll)
         raise typer.Exit(0 if not follow or phase == "Succeeded" else 1)
     spec = load_jobspec(job)  # a bad spec exits 2 here, naming the field, before touching Ray
-    with connected(_address(address, config)) as ray:
+    env_url = os.environ.get("RAY_ADDRESS", "")
+    target = _address(address or (env_url if env_url.startswith(("http://", "https://")) else None), config)
+    from clusters.cli.jobs_api import is_jobs_api, submit_job
+
+    if is_jobs_api(target):
+        raise typer.Exit(submit_job(job, str(target), env_token_path(), follow, poll))
+    with connected(target) as ray:
         agent = _agent()
         res = ray.get(agent.submit.remote(spec.model_dump(mode="json")))
         if not res["ok"]:
@@ -163,11 +201,13 @@ def _follow(ray, agent, name: str, poll: float) -> str:
         if st is None:
             print(f"{name}: the job disappeared", flush=True)
             return "failed"
-        now = (st["state"], st["ps"], st["workers"], round(st["epochs_done"], 1))
+        q = st.get("queue")
+        now = (st["state"], st["ps"], st["workers"], round(st["epochs_done"], 1), q and q["reason"])
         if now != last:
+            wait = f"; waiting {q['position']} of {q['waiting']}: {q['reason']}" if q else ""
             print(
                 f"{name}: {st['state']}, epochs {st['epochs_done']:.2f}/{st['est_epochs']:g}, "
-                f"{st['ps']} PS, {st['workers']} workers",
+                f"{st['ps']} PS, {st['workers']} workers{wait}",
                 flush=True,
             )
             last = now
@@ -187,7 +227,9 @@ def _follow(ray, agent, name: str, poll: float) -> str:
 
 
 def _job_row(st: dict[str, Any]) -> dict[str, Any]:
+    """One job's line: state, deployment, progress; for a waiting job its place in the queue and why."""
     end = st["finished_at"] or time.time()
+    q = st.get("queue")
     return {
         "name": st["name"],
         "state": st["state"],
@@ -198,7 +240,20 @@ def _job_row(st: dict[str, Any]) -> dict[str, Any]:
         "epochs": st["est_epochs"],
         "seconds": round(end - st["submitted_at"], 1),
         "events": len(st["events"]),
+        "queue_position": q["position"] if q else None,
+        "waiting": q["waiting"] if q else None,
+        "wait_reason": q["reason"] if q else None,
+        "wait_detail": q["detail"] if q else None,
     }
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A job row for the table: the queue as ``position/waiting`` and the reason, the detail left out."""
+    hidden = ("queue_position", "waiting", "wait_reason", "wait_detail")
+    out = {k: v for k, v in row.items() if k not in hidden}
+    out["queue"] = f"{row['queue_position']}/{row['waiting']}" if row["queue_position"] else ""
+    out["waits because"] = row["wait_reason"] or ""
+    return out
 
 
 @jobs_app.command("list")
@@ -209,7 +264,7 @@ def jobs_list(address: AddressOpt = None, config: ConfigOpt = LIVE_CONFIG, json_
     if json_out:
         print(json.dumps({"jobs": rows}))
         return
-    _table(rows, "jobs")
+    _table([_shown(r) for r in rows], "jobs")
 
 
 @jobs_app.command("status")
@@ -224,7 +279,10 @@ def jobs_status(
     if json_out:
         print(json.dumps(st))
         return
-    _table([_job_row(st)], name)
+    _table([_shown(_job_row(st))], name)
+    if st.get("queue"):
+        q = st["queue"]
+        print(f"waiting: {q['position']} of {q['waiting']} waiting jobs; {q['reason']}: {q['detail']}")
     _table([{k: m[k] for k in ("name", "role", "state", "pid", "node")} for m in st["members"]], "members")
     _table(
         [
@@ -305,10 +363,13 @@ def cluster_up(
     if address is None:
         if state_file.is_file():
             raise UserError(f"a cluster from {state_file} may be running: `dl2ray cluster down` first")
+        token = create_token(state_file.with_name("auth_token"))
         state = start_head(
-            cfg.live.ray.num_cpus, cfg.live.ray.dashboard_port, state_file.with_name("ray.log")
+            cfg.live.ray.num_cpus, cfg.live.ray.dashboard_port, state_file.with_name("ray.log"), token
         )
+        state["auth"] = {"mode": "token", "token_path": str(token)}
         address = state["address"]
+        use_token(token)
     state.update(address=address, config=str(config.resolve()), scheduler=spec)
     try:
         with connected(address):
@@ -319,14 +380,18 @@ def cluster_up(
         raise
     state_file.parent.mkdir(parents=True, exist_ok=True)
     state_file.write_text(json.dumps(state))
+    if "auth" in state:
+        state["export"] = export_line(Path(state["auth"]["token_path"]))
     if json_out:
         print(json.dumps(state))
-    else:
-        print(
-            f"cluster up: Ray at {address}"
-            + (f", jobs API {state['dashboard']}" if "dashboard" in state else "")
-            + f"; agent {cfg.live.agent_name} with {spec}"
-        )
+        return
+    print(
+        f"cluster up: Ray at {address}"
+        + (f", jobs API {state['dashboard']}" if "dashboard" in state else "")
+        + f"; agent {cfg.live.agent_name} with {spec}"
+    )
+    if "export" in state:
+        print(f"token authentication on; for `ray job submit` and other Ray clients:\n{state['export']}")
 
 
 @cluster_app.command("status")
@@ -355,7 +420,7 @@ def cluster_status(
         print(f"{k}: {v}")
     _table(nodes, "nodes")
     if jobs:
-        _table(jobs, "jobs")
+        _table([_shown(r) for r in jobs], "jobs")
 
 
 @cluster_app.command("down")
@@ -367,12 +432,18 @@ def cluster_down(config: ConfigOpt = LIVE_CONFIG, address: AddressOpt = None) ->
     address = address or state.get("address")
     if address is None:
         raise UserError("no cluster to stop: no --address and no cluster.json")
+    ray_env()  # before Ray's first import (below): Ray reads it then
     from clusters.ray.agent import teardown
 
+    token = _token_of(state)
+    if token is not None and token.is_file():
+        use_token(token)
     with suppress(UserError), connected(address):
         teardown(cfg.live.agent_name, cfg.live.learn.global_policy)
     if "pid" in state:
         stop_head(state["pid"])
+    if token is not None:
+        token.unlink(missing_ok=True)
     state_file.unlink(missing_ok=True)
     print("cluster down")
 

@@ -1,7 +1,7 @@
-"""The live cluster's benchmarks: the control loop's overhead (``bench live``) and the scaling latency
-with and without warm members (``bench live-scale``).
-
-Control-loop overhead: view + decide + apply per slot, for N running jobs.
+"""The live cluster's benchmarks: the control-loop overhead of the agent (``bench live``: view + decide +
+apply per slot, for N running jobs), the scaling latency with and without warm members (``bench
+live-scale``), and the arithmetic of ``bench live-demo`` (the seeded submission times every scheduler
+gets, the JCT summary over repeated runs).
 
 A local Ray instance (logical CPUs enough for every member), the agent actor
 with the chosen scheduler, N tiny jobs capped at 1 PS + 1 worker (so that the
@@ -96,7 +96,7 @@ def scale_spec() -> dict[str, Any]:
             "ps_count": {"min": 1, "max": 1}, "sample_delay_s": 0.005}
 
 
-def _stats(vals: list[float]) -> dict[str, Any]:
+def _latency_stats(vals: list[float]) -> dict[str, Any]:
     if not vals:
         return {"n": 0}
     return {"n": len(vals), "median": round(float(np.median(vals)), 4),
@@ -178,12 +178,12 @@ def scale_latency(pools: list[int], trials: int, cpus: int) -> dict[str, Any]:
             ray.shutdown()
         rows.append({
             "pool_per_node": per_node,
-            "scale_up_first_iteration_s": _stats([u["first_iteration_s"] for u in ups]),
+            "scale_up_first_iteration_s": _latency_stats([u["first_iteration_s"] for u in ups]),
             "scale_up_warm": sum(u["warm"] for u in ups),
-            "scale_down_first_iteration_s": _stats([d["first_iteration_s"] for d in downs]),
-            "suspension_ms": _stats([x["suspension_ms"] for x in ups + downs]),
-            "pool_wait_before_trial_s": _stats(refill),
-            "pool_member_ready_s": _stats(pool_stats["ready_s"]) if pool_stats else None,
+            "scale_down_first_iteration_s": _latency_stats([d["first_iteration_s"] for d in downs]),
+            "suspension_ms": _latency_stats([x["suspension_ms"] for x in ups + downs]),
+            "pool_wait_before_trial_s": _latency_stats(refill),
+            "pool_member_ready_s": _latency_stats(pool_stats["ready_s"]) if pool_stats else None,
             "load_avg": round(os.getloadavg()[0], 2),
         })
     return {"trials": trials, "cpus": cpus, "results": rows}
@@ -205,3 +205,46 @@ def bench_live_scale(
     else:
         for r in doc["results"]:
             print(r)
+
+
+def arrival_schedule(n: int, mean_gap_s: float, seed: int) -> list[float]:
+    """Submission offsets of ``n`` jobs, seconds from a run's start: the first at 0, then gaps drawn
+    exponential with mean ``mean_gap_s`` (Poisson arrivals) from ``numpy.random.default_rng(seed)``,
+    rounded to 0.1 s. The same arguments give the same offsets, for every scheduler and every run."""
+    gaps = np.random.default_rng(seed).exponential(mean_gap_s, size=max(n - 1, 0)) if mean_gap_s > 0 else \
+        np.zeros(max(n - 1, 0))
+    return [round(float(x), 1) for x in np.concatenate([[0.0], np.cumsum(gaps)])][:n]
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    """Mean, sample standard deviation (0 for one value), min and max, seconds."""
+    a = np.asarray(values, dtype=np.float64)
+    if a.size == 0:
+        return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
+    return {"n": int(a.size), "mean": round(float(a.mean()), 2),
+            "std": round(float(a.std(ddof=1)) if a.size > 1 else 0.0, 2),
+            "min": round(float(a.min()), 2), "max": round(float(a.max()), 2)}
+
+
+def jct_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per scheduler, over its runs (each a ``run_live`` record): the average JCT of a run (mean, spread,
+    every run's value), each job's JCT over the runs, jobs finished, scaling events per run, and how late
+    the agent registered a job after its scheduled offset (``submit_lag_s``). JCTs of finished jobs only."""
+    out: dict[str, dict[str, Any]] = {}
+    for sched in dict.fromkeys(r["scheduler"] for r in runs):
+        mine = [r for r in runs if r["scheduler"] == sched]
+        avgs = [r["avg_jct_s"] for r in mine if r["avg_jct_s"] is not None]
+        jobs = [j for r in mine for j in r["jobs"]]
+        per_job = {name: _stats([j["jct_s"] for j in jobs if j["job"] == name and j["state"] == "finished"])
+                   for name in dict.fromkeys(j["job"] for j in jobs)}
+        lags = [j["submitted_s"] - j["offset_s"] for j in jobs if j.get("offset_s") is not None]
+        out[sched] = {
+            "runs": len(mine),
+            "finished": f"{sum(r['finished'] for r in mine)}/{len(jobs)}",
+            "avg_jct_s": {**_stats(avgs), "per_run": avgs},
+            "job_jct_s": per_job,
+            "all_jct_s": _stats([j["jct_s"] for j in jobs if j["state"] == "finished"]),
+            "scaling_events_per_run": _stats([sum(j["scaling_events"] for j in r["jobs"]) for r in mine]),
+            "submit_lag_s": _stats(lags),
+        }
+    return out

@@ -36,7 +36,8 @@ import ray
 from clusters.agent.dashboard import DashboardState, dashboard_state
 from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
-from clusters.ray.backend import RayBackend, list_hosts
+from clusters.agent.waiting import queue
+from clusters.ray.backend import RayBackend, RayJob, list_hosts
 from clusters.ray.config import LiveConfig
 from clusters.ray.member import end_members
 from clusters.ray.pool import end_pool, ensure_pool, pool_stats
@@ -114,11 +115,21 @@ class LiveAgentImpl:
         return {"ok": True, "job": st}
 
     def jobs(self) -> list[dict[str, Any]]:
-        return sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
+        """Every job's status in submission order; a waiting job's has ``queue``: its position among the
+        waiting jobs and why it waits, from the last decision (:mod:`clusters.agent.waiting`), else None."""
+        jobs = sorted(self.backend.statuses().values(), key=lambda s: s["submitted_at"])
+        waits = queue(jobs, self.agent.last_decision)
+        return [{**s, "queue": waits.get(s["name"])} for s in jobs]
 
     def job(self, name: str) -> dict[str, Any] | None:
+        """One job's full status, with ``queue`` as in :meth:`jobs`; the other jobs as the last slot read
+        them (a follower polls this every second: no call to every other job's host)."""
         host = self.backend.hosts().get(name)
-        return None if host is None else ray.get(host.status.remote())
+        if host is None:
+            return None
+        st = ray.get(host.status.remote())
+        others = [_brief(j) for n, j in dict(self.backend.jobs).items() if n != name]
+        return {**st, "queue": queue([*others, st], self.agent.last_decision).get(name)}
 
     def cancel(self, name: str) -> dict[str, Any]:
         try:
@@ -180,6 +191,12 @@ class LiveAgentImpl:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _brief(job: RayJob) -> dict[str, Any]:
+    """What :func:`~clusters.agent.waiting.queue` needs of a job, as the last snapshot read it."""
+    return {"name": job.name, "job_id": job.job_id, "state": job.state, "submitted_at": job.submitted_at,
+            "workers": job.plan()[1], "busy": job.busy, "spec": job.spec.model_dump(mode="json")}
 
 
 LiveAgent = actor_class(LiveAgentImpl, num_cpus=0, max_restarts=-1, max_concurrency=8)

@@ -1,0 +1,184 @@
+"""Why a live job waits, and where it is in the queue: read from the agent's last decision.
+
+A job *waits* while it is ``pending`` (never started), ``paused`` (the scheduler
+took its workers away; one PS keeps its state), or ``running`` with no worker
+yet (its first members are starting). Waiting jobs are numbered 1, 2, ... in
+the agent's order (the order of the view the schedulers get: submission
+order). The reason is one of :data:`REASONS`, decided from the last slot's
+view (what the scheduler saw: free resources per node), its applied
+allocation and the backend's report of what it did with it:
+
+* ``waiting for its first slot``: submitted after the last decision;
+* ``members starting``: the job was given tasks and its members are starting
+  (a scale operation in flight, or running with no worker yet);
+* ``paused by the scheduler``: a paused job the allocation gave nothing;
+* ``no free resources``: given nothing, and the jobs the scheduler kept or
+  started leave no node room for even one of its PS or one of its workers;
+* ``min demand does not fit``: given nothing (or given tasks that placement
+  could not fit), and the room they leave per node cannot hold its minimum
+  (``ps_count.min`` PS and ``workers.min`` workers, first fit);
+* ``scheduler gave it 0``: its minimum fits in the room left, the scheduler
+  gave it nothing (its policy prefers to leave the room free);
+
+The room left is :func:`room_after`: the view's ``free`` (what the scheduler
+may give out, since every slot reallocates every job) less every task of the
+allocation, on its node.
+* ``start refused``: the backend tried to start it and the job host refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clusters.agent.reports import ApplyReport
+from dl2ray.view import Allocation, ClusterView
+
+FIRST_SLOT = "waiting for its first slot"
+STARTING = "members starting"
+PAUSED = "paused by the scheduler"
+NO_RESOURCES = "no free resources"
+MIN_DOES_NOT_FIT = "min demand does not fit"
+GIVEN_ZERO = "scheduler gave it 0"
+REFUSED = "start refused"
+REASONS = (FIRST_SLOT, STARTING, PAUSED, NO_RESOURCES, MIN_DOES_NOT_FIT, GIVEN_ZERO, REFUSED)
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class LastDecision:
+    """One slot's decision as the agent made it: the view, the allocation applied, the backend's report."""
+
+    view: ClusterView
+    allocation: Allocation
+    report: ApplyReport
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """What the reasons need of a job: its state and the demands of its minimum deployment.
+
+    ``ps_demand``/``worker_demand``: shape (3,), (cpu, gpu, mem GB) of one task; ``busy``: a scale
+    operation of the job is running; ``workers``: workers in its running plan.
+    """
+
+    name: str
+    job_id: int
+    state: str
+    workers: int
+    busy: bool
+    ps_min: int
+    workers_min: int
+    ps_demand: np.ndarray
+    worker_demand: np.ndarray
+
+    @classmethod
+    def from_status(cls, st: dict[str, Any]) -> WaitingJob:
+        """From a job host's ``status()`` (its ``spec`` is the job spec as JSON)."""
+        spec = st["spec"]
+
+        def demand(d: dict[str, float]) -> np.ndarray:
+            return np.array([d.get("cpu", 1.0), d.get("gpu", 0.0), d.get("mem", 1.0)], dtype=np.float64)
+
+        return cls(st["name"], int(st["job_id"]), st["state"], int(st["workers"]), bool(st.get("busy")),
+                   int(spec["ps_count"]["min"]), int(spec["workers"]["min"]), demand(spec["ps"]),
+                   demand(spec["worker"]))
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in ("pending", "paused") or (self.state == "running" and self.workers == 0)
+
+
+def fits(free: np.ndarray, tasks: Sequence[np.ndarray]) -> bool:
+    """Whether ``tasks`` (each shape (3,)) fit into ``free`` (shape (N, 3)) placed first fit, biggest
+    task first (a task never spans nodes)."""
+    room = free.copy()
+    for t in sorted(tasks, key=lambda d: -float(d.sum())):
+        node = first_fit(room, t)
+        if node is None:
+            return False
+        room[node] -= t
+    return True
+
+
+def first_fit(room: np.ndarray, task: np.ndarray) -> int | None:
+    """The first node of ``room`` (shape (N, 3)) with room for ``task`` (shape (3,)), or None."""
+    ok = np.flatnonzero(np.all(room + EPS >= task, axis=1))
+    return int(ok[0]) if ok.size else None
+
+
+def room_after(view: ClusterView, allocation: Allocation) -> np.ndarray:
+    """Shape (N, 3): the room per node once ``allocation`` runs. The view's ``free`` is what the scheduler
+    may give out (every slot reallocates every job); each allocated task is charged on the node the
+    allocation names for it, else on a node the job's tasks of that role run on now, else first fit (a
+    task that fits nowhere is left out: the backend cuts it too)."""
+    room = view.free.copy()
+    jobs = {v.job_id: v for v in view.jobs}
+    for job_id, t in allocation.tasks.items():
+        v = jobs.get(job_id)
+        if v is None or t.workers <= 0 or t.ps <= 0:
+            continue
+        wish = (allocation.placement or {}).get(job_id)
+        for n, demand, wished, now in ((t.ps, v.ps_demand, wish.ps_nodes if wish else (), v.ps_nodes),
+                                       (t.workers, v.worker_demand, wish.worker_nodes if wish else (),
+                                        v.worker_nodes)):
+            nodes = list(wished) or list(now)
+            for k in range(n):
+                node = nodes[k] if k < len(nodes) and k < len(room) else None
+                if node is None or not np.all(room[node] + EPS >= demand):
+                    node = first_fit(room, demand)
+                if node is not None:
+                    room[node] -= demand
+    return room
+
+
+def _fmt(d: np.ndarray) -> str:
+    return f"(cpu {d[0]:g}, gpu {d[1]:g}, mem {d[2]:g} GB)"
+
+
+def reason(job: WaitingJob, last: LastDecision | None) -> tuple[str, str]:
+    """``(reason, detail)`` of one waiting job (module docstring)."""
+    if job.busy or job.state == "running":  # also while the decision that started it is still applied
+        return STARTING, "given tasks; its members are starting"
+    seen = last is not None and any(v.job_id == job.job_id for v in last.view.jobs)
+    if last is None or not seen:
+        return FIRST_SLOT, "submitted after the agent's last decision"
+    free = room_after(last.view, last.allocation)
+    minimum = [job.ps_demand] * job.ps_min + [job.worker_demand] * job.workers_min
+    need = f"{job.ps_min} PS {_fmt(job.ps_demand)} + {job.workers_min} workers {_fmt(job.worker_demand)}"
+    largest = _fmt(free.max(axis=0)) if len(free) else "(no nodes)"  # most room on a node, per resource
+    t = last.allocation.tasks.get(job.job_id)
+    if t is not None and t.workers > 0 and t.ps > 0:
+        action = next((a for a in last.report.actions if a.job == job.name), None)
+        if job.name in last.report.skipped_busy or (action is not None and action.ok is None):
+            return STARTING, f"given {t.ps} PS + {t.workers} workers; its members are starting"
+        if action is not None and action.ok is False:
+            return REFUSED, f"given {t.ps} PS + {t.workers} workers; the job host refused: {action.reason}"
+        return MIN_DOES_NOT_FIT, (f"given {t.ps} PS + {t.workers} workers, placement found no room; "
+                                  f"needs {need}, most left on a node {largest}")
+    if job.state == "paused":
+        return PAUSED, f"the scheduler gave it nothing in slot {last.view.slot}"
+    if not (fits(free, [job.ps_demand]) and fits(free, [job.worker_demand])):
+        return NO_RESOURCES, f"no node has room for one PS {_fmt(job.ps_demand)} and one worker " \
+                             f"{_fmt(job.worker_demand)}; most left on a node {largest}"
+    if not fits(free, minimum):
+        return MIN_DOES_NOT_FIT, f"needs {need}; most left on a node {largest}"
+    return GIVEN_ZERO, f"its minimum ({need}) fit; the scheduler gave it nothing in slot {last.view.slot}"
+
+
+def queue(statuses: Sequence[dict[str, Any]], last: LastDecision | None) -> dict[str, dict[str, Any]]:
+    """Job name → ``{position, waiting, reason, detail, slot}`` for every waiting job among ``statuses``
+    (job host statuses); ``position`` counts from 1 in the agent's order (submission order),
+    ``waiting`` is the number of waiting jobs, ``slot`` the slot of the decision read (None: none yet)."""
+    order = sorted(statuses, key=lambda s: s["submitted_at"])
+    waiting = [j for j in (WaitingJob.from_status(s) for s in order) if j.waiting]
+    slot = last.view.slot if last is not None else None
+    out = {}
+    for k, job in enumerate(waiting, start=1):
+        why, detail = reason(job, last)
+        out[job.name] = {"position": k, "waiting": len(waiting), "reason": why, "detail": detail,
+                         "slot": slot}
+    return out
