@@ -267,24 +267,19 @@ class HttpLink:
 
     def status(self) -> dict[str, Any]:
         """``GET /v1/fed/status``: the learner's members and their staleness (the agent's dashboard)."""
-        import requests
-
-        from clusters.federation.links import LinkDown
-
-        try:
-            resp = self.session.get(self.url + "/v1/fed/status", timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            raise LinkDown(str(exc)) from exc
-        resp.raise_for_status()
-        return resp.json()
+        return self._get("/v1/fed/status")
 
     def version(self) -> dict[str, int]:
+        return self._get("/v1/fed/version")
+
+    def _get(self, path: str) -> Any:
+        """``GET path`` as JSON; a connection failure is a :class:`~clusters.federation.links.LinkDown`."""
         import requests
 
         from clusters.federation.links import LinkDown
 
         try:
-            resp = self.session.get(self.url + "/v1/fed/version", timeout=self.timeout_s)
+            resp = self.session.get(self.url + path, timeout=self.timeout_s)
         except requests.RequestException as exc:
             raise LinkDown(str(exc)) from exc
         resp.raise_for_status()
