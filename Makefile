@@ -63,7 +63,9 @@ browser:
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 	@chromedriver --version 2>/dev/null | head -1
 
-test: lint test-fast test-slow
+# The whole suite with its set-up: kubectl and chromium for the tests that drive them, lint, then the tests
+# not marked slow (they must pass first: make stops at the first failing step), then the slow ones.
+test: kubectl browser lint test-fast test-slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
