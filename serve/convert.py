@@ -109,10 +109,10 @@ def _job(loc: Loc, job: JobState, catalogue: JobCatalogue, num_nodes: int) -> Jo
                         f"{list(catalogue.names)}", job.job_type) from None
     jt = catalogue.types[ti]
     for k, o in enumerate(job.history):
-        for name, v in (("epochs", o.epochs), ("seconds", o.seconds)):
-            if 0 < v < RESOLUTION:
-                raise ViewError((*loc, "history", k, name), f"{v} is below the resolution {RESOLUTION} "
-                                "(use 0 or more)", v)
+        if 0 < o.epochs < RESOLUTION or 0 < o.seconds < RESOLUTION:
+            name, v = ("epochs", o.epochs) if 0 < o.epochs < RESOLUTION else ("seconds", o.seconds)
+            raise ViewError((*loc, "history", k, name), f"{v} is below the resolution {RESOLUTION} "
+                            "(use 0 or more)", v)
     max_w = jt.max_workers if job.max_workers is None else job.max_workers
     max_p = jt.max_ps if job.max_ps is None else job.max_ps
     if job.workers > max_w:
@@ -130,7 +130,8 @@ def _job(loc: Loc, job: JobState, catalogue: JobCatalogue, num_nodes: int) -> Jo
         worker_demand=_demand((*loc, "worker_demand"), job.worker_demand, catalogue.worker_demand[ti]),
         ps_demand=_demand((*loc, "ps_demand"), job.ps_demand, catalogue.ps_demand[ti]),
         max_workers=max_w, max_ps=max_p,
-        history=tuple(Observation(o.slot, o.ps, o.workers, o.epochs, o.seconds, o.loss) for o in job.history),
+        history=tuple([Observation(o.slot, o.ps, o.workers, o.epochs, o.seconds, o.loss)
+                       for o in job.history]),
         requested_bundles=job.requested_bundles,
     )
 
@@ -158,7 +159,8 @@ def from_allocation(alloc: Allocation) -> list[JobAllocation]:
     out = []
     for job_id, t in alloc.tasks.items():
         p = alloc.placement.get(job_id) if alloc.placement is not None else None
-        out.append(JobAllocation(
+        # built without validation: every field is an int (or a list of ints) made here
+        out.append(JobAllocation.model_construct(
             job_id=int(job_id), workers=int(t.workers), ps=int(t.ps),
             worker_nodes=None if p is None else [int(n) for n in p.worker_nodes],
             ps_nodes=None if p is None else [int(n) for n in p.ps_nodes]))

@@ -212,10 +212,11 @@ def placed_allocation(view: ClusterView, placed: np.ndarray) -> Allocation:
     g, role, node = placed[:, 0], placed[:, 1], placed[:, 2]
     key = g * 2 + role
     order = np.argsort(key, kind="stable")  # by job and role; placement order kept within each
-    starts = np.flatnonzero(np.diff(key[order], prepend=-1))
-    chunks = np.split(node[order], starts[1:]) if len(placed) else []
-    heads = key[order][starts].tolist()
-    nodes = {divmod(k, 2): tuple(c.tolist()) for k, c in zip(heads, chunks, strict=True)}
+    sorted_key = key[order]
+    starts = np.flatnonzero(np.diff(sorted_key, prepend=-1))
+    bounds, run = [*starts.tolist(), len(placed)], node[order].tolist()
+    nodes = {divmod(k, 2): tuple(run[a:b])
+             for k, a, b in zip(sorted_key[starts].tolist(), bounds, bounds[1:], strict=False)}
     first = np.sort(order[starts]).tolist()  # each (job, role)'s first placement
     jobs = dict.fromkeys([*(int(g[i]) for i in first if role[i] == WORKER),
                           *(int(g[i]) for i in first if role[i] == PS)])

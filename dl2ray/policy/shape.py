@@ -163,10 +163,12 @@ class ShapeEncoding:
         """``K``, wait included."""
         return len(self.menu)
 
-    @property
+    @cached_property
     def shapes(self) -> np.ndarray:
-        """``(K, 2)`` int64: workers, PS per menu row."""
-        return np.asarray(self.menu, dtype=np.int64)
+        """``(K, 2)`` int64, read-only: workers, PS per menu row."""
+        shapes = np.asarray(self.menu, dtype=np.int64)
+        shapes.setflags(write=False)
+        return shapes
 
     def nearest(self, workers: int, ps: int) -> int:
         """The menu row closest to ``(workers, ps)`` in log space (wait for a job without both)."""
@@ -196,33 +198,32 @@ def job_features(view: ClusterView, enc: ShapeEncoding) -> tuple[np.ndarray, np.
     jobs, n, L = view.jobs, len(view.jobs), enc.num_types
     x = np.zeros((n, enc.job_dim), dtype=np.float32)
     total = view.total_capacity
-    if n and not enc.profile:
-        ti = np.fromiter((j.type_index for j in jobs), np.int64, n)
-        x[np.arange(n), ti] = 1.0
     if enc.profile:
         L = 0  # no one-hot: the 8 columns start at 0, the profile's follow
+    wd = pd = np.zeros((0, 3))
     if n:
-        rem = np.fromiter((j.remaining_epochs for j in jobs), np.float64, n)
-        est = np.fromiter((j.est_epochs for j in jobs), np.float64, n)
+        # one pass over the jobs (per-job numpy calls would cost more than the arithmetic below)
+        cols = np.array([(j.type_index, j.remaining_epochs, j.est_epochs, j.slots_run, j.arrival_slot,
+                          j.workers, j.ps, _last_rate(j)) for j in jobs], dtype=np.float64)
+        ti, rem, est, run, arrival, workers, ps, rate = cols.T
+        if not enc.profile:
+            x[np.arange(n), ti.astype(np.int64)] = 1.0
         x[:, L] = np.clip(rem / est, 0.0, 1.0)
         x[:, L + 1] = np.log10(1.0 + rem) / 5.0
         scale = enc.slots_run_scale
-        x[:, L + 2] = np.clip(np.fromiter((j.slots_run for j in jobs), np.float64, n) / scale, 0.0, 1.0)
-        age = view.slot - np.fromiter((j.arrival_slot for j in jobs), np.float64, n)
-        x[:, L + 3] = np.clip(age / scale, 0.0, 1.0)
-        x[:, L + 4] = np.clip(np.fromiter((j.workers for j in jobs), np.float64, n) / 16.0, 0.0, 1.0)
-        x[:, L + 5] = np.clip(np.fromiter((j.ps for j in jobs), np.float64, n) / 16.0, 0.0, 1.0)
-        last = np.fromiter((_last_rate(j) for j in jobs), np.float64, n) * view.slot_seconds
-        x[:, L + 6] = np.clip(last / rem, 0.0, 1.0)
-        x[:, L + 7] = [1.0 if j.workers > 0 and j.ps > 0 else 0.0 for j in jobs]
+        x[:, L + 2] = np.clip(run / scale, 0.0, 1.0)
+        x[:, L + 3] = np.clip((view.slot - arrival) / scale, 0.0, 1.0)
+        x[:, L + 4] = np.clip(workers / 16.0, 0.0, 1.0)
+        x[:, L + 5] = np.clip(ps / 16.0, 0.0, 1.0)
+        x[:, L + 6] = np.clip(rate * view.slot_seconds / rem, 0.0, 1.0)
+        x[:, L + 7] = (workers > 0) & (ps > 0)
+        wd = np.array([j.worker_demand for j in jobs], dtype=np.float64)
+        pd = np.array([j.ps_demand for j in jobs], dtype=np.float64)
         if enc.profile:
-            _profile_columns(view, enc, x, rem)
+            _profile_columns(view, enc, x, rem, ti.astype(np.int64), workers, ps, wd, pd, total)
     units = total[1] if total[1] > 0 else total[0] / 2.0
-    if n:
-        bundle = sum(j.worker_demand + j.ps_demand for j in jobs)
-        load = np.where(total > 0, bundle / np.where(total > 0, total, 1.0), 0.0)
-    else:
-        load = np.zeros(3)
+    bundle = (wd + pd).sum(axis=0)  # row by row, in view order
+    load = np.where(total > 0, bundle / np.where(total > 0, total, 1.0), 0.0)
     g = np.array([min(n / max(units, 1.0), 4.0), n / 100.0, min(load[0], 4.0), min(load[1], 4.0)],
                  dtype=np.float32)
     return x, g
@@ -247,34 +248,32 @@ def observed_slowness(job, cost: np.ndarray) -> float:
     return math.exp(-1.0 if mean < -1.0 else 1.0 if mean > 1.0 else mean)
 
 
-def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: np.ndarray) -> None:
-    """Fill the profile columns of ``x`` (n, F) in place (module docstring)."""
+def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: np.ndarray, ti: np.ndarray,
+                     workers: np.ndarray, ps: np.ndarray, wd: np.ndarray, pd: np.ndarray,
+                     total: np.ndarray) -> None:
+    """Fill the profile columns of ``x`` (n, F) in place (module docstring), from the jobs' columns that
+    :func:`job_features` read: remaining epochs, type index, workers and PS (n,), demands (n, 3), and the
+    cluster's total capacity (3,)."""
     if enc.cost is None:
         raise ValueError("profile features need the operator's profile (ShapeEncoding.from_config)")
     jobs, n, k = view.jobs, len(view.jobs), enc.num_shapes
     shapes = enc.shapes[1:]
-    ti = np.fromiter((j.type_index for j in jobs), np.int64, n)
     grids = enc.cost[ti]  # (n, GRID, GRID)
     c11 = grids[:, 0, 0]
     rows = grids[:, np.minimum(shapes[:, 1], GRID) - 1, np.minimum(shapes[:, 0], GRID) - 1]  # (n, K-1)
     lists = enc.cost_lists
-    slow = np.fromiter((observed_slowness(j, lists[j.type_index]) for j in jobs), np.float64, n)
+    slow = np.array([observed_slowness(j, lists[j.type_index]) for j in jobs], dtype=np.float64)
     t1 = rem * c11 * slow / view.slot_seconds
     with np.errstate(divide="ignore", invalid="ignore"):
         speedup = np.log(rows / c11[:, None])
     c = JOB_EXTRA
     x[:, c] = np.log10(1.0 + t1) / 3.0
     x[:, c + 1] = np.log(slow)
-    x[:, c + 2] = np.clip([j.worker_demand[1] for j in jobs], 0.0, 1.0)
+    x[:, c + 2] = np.clip(wd[:, 1], 0.0, 1.0)
     x[:, c + 3] = np.clip(-np.nanmin(np.where(np.isfinite(speedup), speedup, np.inf), axis=1), 0.0, 3.0) / 3.0
-    total = view.total_capacity
     inv = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
-    wd = np.stack([j.worker_demand for j in jobs])
-    pd = np.stack([j.ps_demand for j in jobs])
     share = ((shapes[None, :, 0, None] * wd[:, None, :] + shapes[None, :, 1, None] * pd[:, None, :])
              * inv).max(axis=2)  # (n, K-1)
-    workers = np.fromiter((j.workers for j in jobs), np.int64, n)
-    ps = np.fromiter((j.ps for j in jobs), np.int64, n)
     prev = (shapes[None, :, 0] == workers[:, None]) & (shapes[None, :, 1] == ps[:, None])
     r = x[:, enc.job_columns:].reshape(n, k, ROW_DIM)
     r[:, 1:, 0] = np.clip(np.nan_to_num(speedup, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
@@ -355,8 +354,8 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     actions = np.zeros(n, dtype=np.int64)
     tasks = np.zeros((n, 2), dtype=np.int64)
     shapes = enc.shapes
-    tasks_max = int(sum(min(j.max_workers, shapes[:, 0].max()) + min(j.max_ps, shapes[:, 1].max())
-                        for j in view.jobs))
+    most_w, most_p = int(shapes[:, 0].max()), int(shapes[:, 1].max())
+    tasks_max = sum(min(j.max_workers, most_w) + min(j.max_ps, most_p) for j in view.jobs)
     placed = np.empty((max(tasks_max, 1), 3), dtype=np.int64)
     fj, fa = forced if forced is not None else (-1, -1)
     n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, wkey, pkey,

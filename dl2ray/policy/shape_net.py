@@ -114,8 +114,11 @@ class NumpyShapePolicy:
         if self.row is not None:
             rj, rc, rb, ri, ro = self.row
             a = h @ rj + (ctx @ rc + rb)  # (n, head)
-            rows = x[:, cols:].reshape(x.shape[0], self.enc.num_shapes, ROW_DIM)
-            out = out + np.maximum(a[:, None, :] + rows @ ri, 0.0) @ ro
+            n, k = x.shape[0], self.enc.num_shapes
+            u = (x[:, cols:].reshape(n * k, ROW_DIM) @ ri).reshape(n, k, -1)  # one matrix product
+            u += a[:, None, :]
+            np.maximum(u, 0.0, out=u)
+            out = out + u @ ro
         return out.astype(np.float32)
 
 
