@@ -13,7 +13,10 @@ Measured in one run, each server started as its own process tree:
   the answer; and the gRPC message's parse + conversion);
 - ``uvicorn``: the FastAPI app on plain uvicorn (a subprocess);
 - ``serve-MODE``: ``dl2ray serve --mode MODE`` (:data:`serve.launch.SERVE_MODES`)
-  over HTTP, and ``serve-MODE-grpc`` over gRPC for the modes in ``grpc_modes``.
+  over HTTP, and ``serve-MODE-grpc`` over gRPC for the modes in ``grpc_modes``;
+  ``MODE:R`` runs R replicas (``serve-MODE-xR``; the load goes to the URL the app
+  announces, so only a mode with one address in front of its replicas —
+  ``proxy``, ``haproxy`` — spreads it).
 
 For every server: ``fixed_rate`` (``rps`` for ``seconds``); ``max_rate``: the
 highest rate of a doubling-then-bisecting search whose p99 stays under 50 ms
@@ -41,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 P99_LIMIT_MS = 50.0
-DIRECT_SPAN = 60  # ports a Serve server may use above its HTTP port (serve.launch.mode_env)
+DIRECT_SPAN = 64  # ports a Serve server may use above its HTTP port (serve.launch.mode_env)
 
 
 def free_port() -> int:
@@ -199,13 +202,14 @@ def uvicorn_server(settings_json: str) -> Iterator[dict[str, str]]:
 
 
 @contextmanager
-def serve_server(config: Path, ckpt: Path, mode: str, log: Path) -> Iterator[dict[str, str]]:
-    """``dl2ray serve --mode MODE`` with gRPC, in its own process (its own Ray); its HTTP and gRPC URLs:
-    the replica's own with direct ingress, else the proxies'."""
+def serve_server(config: Path, ckpt: Path, mode: str, log: Path,
+                 replicas: int = 1) -> Iterator[dict[str, str]]:
+    """``dl2ray serve --mode MODE --replicas R`` with gRPC, in its own process (its own Ray); its HTTP and
+    gRPC URLs as the app announces them: the replica's own with direct ingress, HAProxy's, or the proxies'."""
     port = free_port_block()
     cmd = [str(Path(sys.executable).with_name("dl2ray")), "serve", "--config", str(config),
-           "--checkpoint", str(ckpt), "--port", str(port), "--grpc-port", str(port + DIRECT_SPAN - 20),
-           "--mode", mode]
+           "--checkpoint", str(ckpt), "--port", str(port), "--grpc-port", str(port + DIRECT_SPAN - 24),
+           "--mode", mode, "--replicas", str(replicas)]
     env = {**os.environ, "RAY_ADDRESS": ""}  # always a Ray of its own, with this mode's options
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -284,7 +288,7 @@ def in_process(cfg, ckpt: Path, body: bytes, proto: bytes, repeats: int = 300) -
 
 
 def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s: float, seed: int,
-        modes: list[str], grpc_modes: list[str], factor: float = 3.0, bound_ms: float = 25.0,
+        modes: list[tuple[str, int]], grpc_modes: list[str], factor: float = 3.0, bound_ms: float = 25.0,
         plot: Path | None = None, log_dir: Path | None = None) -> dict:
     from dl2ray.bench import busy_view
     from dl2ray.config import load_config
@@ -317,12 +321,13 @@ def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s
     with uvicorn_server(settings.model_dump_json()) as urls:
         measured("uvicorn", urls["http"], work / "body.json")
         doc["servers"]["uvicorn"]["up_after"] = _healthy(urls["http"])
-    for mode in modes:
-        with serve_server(config, ckpt, mode, log_dir / f"serve-{mode}.log") as urls:
-            measured(f"serve-{mode}", urls["http"], work / "body.json")
+    for mode, replicas in modes:
+        server = f"serve-{mode}" + (f"-x{replicas}" if replicas > 1 else "")
+        with serve_server(config, ckpt, mode, log_dir / f"{server}.log", replicas) as urls:
+            measured(server, urls["http"], work / "body.json")
             if mode in grpc_modes:
-                measured(f"serve-{mode}-grpc", urls["grpc"], work / "body.pb", application="dl2ray")
-            for name in (f"serve-{mode}", f"serve-{mode}-grpc"):
+                measured(f"{server}-grpc", urls["grpc"], work / "body.pb", application="dl2ray")
+            for name in (server, f"{server}-grpc"):
                 if name in doc["servers"]:
                     doc["servers"][name]["up_after"] = _healthy(urls["proxy"]) and _healthy(urls["http"])
     doc["load_avg_at_end"] = load_average()

@@ -15,7 +15,16 @@ against each other in docs/BENCHMARKS.md ("Serve"):
   actor call; the proxy stays up on the head node as well;
 - ``throughput``: Serve's throughput-optimised mode (``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``):
   direct ingress, user code and router on the main loop, gRPC between Serve's
-  actors, request logs buffered, the garbage collector frozen after start-up.
+  actors, request logs buffered, the garbage collector frozen after start-up;
+- ``haproxy``: direct ingress with Serve's HAProxy ingress in front
+  (``RAY_SERVE_ENABLE_HA_PROXY=1``): an ``haproxy`` process (Debian's package,
+  or ``RAY_SERVE_HAPROXY_BINARY_PATH``) listens on ``port`` and spreads HTTP
+  requests over the replicas' own ports, so several replicas serve one URL with
+  no Python process on the path. Its files (configuration, admin socket, server
+  state) go to a directory of this port's (:func:`haproxy_dir`) and its stats,
+  metrics and fallback-proxy ports sit right above the direct-ingress ranges, so
+  two instances on one machine do not collide (Serve's defaults are shared
+  ``/tmp/haproxy-serve`` paths and fixed ports).
 
 With direct ingress a replica's ports come from ranges
 (``RAY_SERVE_DIRECT_INGRESS_{MIN,MAX}_{HTTP,GRPC}_PORT``); :func:`start_ray` puts
@@ -35,6 +44,7 @@ SERVE_MODES: dict[str, dict[str, str]] = {
     "inline": {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"},
     "direct": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
     "throughput": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},
+    "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
 }
 DIRECT_PORTS = 16
 """Ports reserved per protocol for direct-ingress replicas, right above the proxy's port."""
@@ -50,7 +60,25 @@ def mode_env(mode: str, port: int, grpc_port: int | None) -> dict[str, str]:
                 "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1 + DIRECT_PORTS),
                 "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(g + 1),
                 "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(g + 1 + DIRECT_PORTS)})
+    if mode == "haproxy":
+        files, above = haproxy_dir(port), g + 2 + DIRECT_PORTS
+        env.update({"RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{files}/haproxy.cfg",
+                    "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{files}/admin.sock",
+                    "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": files,
+                    "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{files}/server-state",
+                    "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{files}/metrics.sock",
+                    "RAY_SERVE_HAPROXY_STATS_PORT": str(above),
+                    "RAY_SERVE_HAPROXY_METRICS_PORT": str(above + 1),
+                    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(above + 2),
+                    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(above + 3)})
     return env
+
+
+def haproxy_dir(port: int) -> str:
+    """The directory of the ``haproxy`` mode's files for the instance on ``port`` (module docstring)."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"dl2ray-haproxy-{port}")
 
 
 def start_ray(mode: str = "proxy", port: int = 8000, grpc_port: int | None = None) -> bool:

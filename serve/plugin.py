@@ -115,7 +115,8 @@ def bench_serve(
         min=0.5, help="seconds per rate while searching the highest rate with p99 < 50 ms")] = 5.0,
     seed: int = 0,
     modes: Annotated[str, typer.Option(
-        help="Serve modes measured over HTTP, comma-separated (serve.launch.SERVE_MODES)")] = "proxy,direct",
+        help="Serve modes measured over HTTP, comma-separated (serve.launch.SERVE_MODES); MODE:R runs R "
+             "replicas")] = "proxy,direct",
     grpc_modes: Annotated[str, typer.Option(help="of those, the ones also measured over gRPC")] = "direct",
     overload_factor: Annotated[float, typer.Option(
         min=1.0, help="the overload run offers this many times the highest good rate")] = 3.0,
@@ -133,9 +134,9 @@ def bench_serve(
     ckpt = checkpoint or Path(f"models/dl2-{cfg.name}.pt")
     if not ckpt.is_file():
         raise UserError(f"--checkpoint: {ckpt}: no such file")
-    mode_list = [m for m in modes.split(",") if m]
+    mode_list = [_mode_replicas(m) for m in modes.split(",") if m]
     grpc_list = [m for m in grpc_modes.split(",") if m]
-    for m in (*mode_list, *grpc_list):
+    for m in (*(m for m, _ in mode_list), *grpc_list):
         if m not in SERVE_MODES:
             raise UserError(f"--modes/--grpc-modes: unknown mode {m!r}; one of {', '.join(SERVE_MODES)}")
     # Ray prints its shutdown notices on stdout; --json promises one JSON object there and nothing else.
@@ -143,3 +144,13 @@ def bench_serve(
         doc = run(config, ckpt, rps, seconds, jobs, probe_seconds, seed, mode_list, grpc_list,
                   overload_factor, overload_bound_ms, plot)
     emit(doc, json_out)
+
+
+def _mode_replicas(item: str) -> tuple[str, int]:
+    """``MODE`` or ``MODE:R`` of ``--modes`` as ``(mode, replicas)``; :class:`UserError` naming a bad R."""
+    mode, _, count = item.partition(":")
+    if not count:
+        return mode, 1
+    if not count.isdigit() or int(count) < 1:
+        raise UserError(f"--modes: {item!r}: the replicas after ':' must be a whole number ≥ 1")
+    return mode, int(count)
