@@ -21,7 +21,7 @@ from clusters.agent.loop import Agent
 from clusters.agent.metrics import METRIC_NAMES, AgentMetrics
 from clusters.agent.reports import ApplyReport, ScaleAction
 from clusters.agent.views import job_id_of, live_job_view
-from clusters.agent.waiting import FIRST_SLOT, NO_RESOURCES, queue
+from clusters.agent.waiting import FIRST_SLOT, NO_RESOURCES, STARTING, queue
 from clusters.ray.config import LiveConfig
 from dl2ray.config import load_config
 from dl2ray.jobspec import parse_jobspec
@@ -258,8 +258,10 @@ def test_a_failed_step_and_a_fallback_are_counted(tmp_path: Path) -> None:
 
 
 def test_the_queue_is_the_one_of_jobs_list_read_from_the_last_decision(served) -> None:
-    _, agent, cluster = served
+    url, agent, cluster = served
     cluster.add("late")  # submitted after the agent's last decision
+    cluster.add("boot")
+    cluster.jobs["boot"]["state"] = "running"  # no worker yet: its members are starting
     statuses = list(cluster.statuses().values())
     shown = {j.name: (j.queue_position, j.wait_reason, j.wait_detail)
              for j in dashboard_state(agent, {}, statuses).jobs}
@@ -267,6 +269,8 @@ def test_the_queue_is_the_one_of_jobs_list_read_from_the_last_decision(served) -
     assert shown == {"alpha": (None, None, None), "beta": (None, None, None),
                      **{n: (r["position"], r["reason"], r["detail"]) for n, r in q.items()}}
     assert shown["huge"][:2] == (1, NO_RESOURCES) and shown["late"][:2] == (2, FIRST_SLOT)
+    assert shown["boot"][:2] == (3, STARTING)
+    assert _value(_scrape(url)["dl2ray_queue_length"], "dl2ray_queue_length") == len(q) == 3
 
 
 def test_the_state_is_built_at_most_once_per_max_age_whoever_asks() -> None:
