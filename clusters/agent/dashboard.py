@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from clusters.agent.views import wait_reasons
+from clusters.agent.waiting import queue
 
 RESOURCES = ("cpu", "gpu", "mem")
 
@@ -83,8 +83,11 @@ class JobState(BaseModel):
     submitted_at: float = Field(description="unix time, s")
     finished_at: float | None = None
     seconds: float = Field(description="since submission (JCT once ended), s")
-    queue_position: int | None = Field(description="1, 2, … among waiting jobs; None while running or ended")
-    wait_reason: str | None
+    queue_position: int | None = Field(description="1, 2, … among waiting jobs in submission order; None "
+                                                   "while it does not wait")
+    wait_reason: str | None = Field(description="why it waits: one of clusters.agent.waiting.REASONS, read "
+                                                "from the agent's last decision; None while it does not wait")
+    wait_detail: str | None = Field(description="the reason's numbers (what it was given, needs, room left)")
     busy: bool = Field(description="a scale call is running")
     operation: str | None = None
     timeline: list[SlotRecord] = Field(description="the closed slots of the latest window, oldest first")
@@ -126,7 +129,7 @@ class DashboardState(BaseModel):
         description="the federation this agent is a member of, and its learner's members (staleness)")
 
 
-def _job(st: dict[str, Any], names: dict[str, str], wait: Any, epoch: float, slot_s: float,
+def _job(st: dict[str, Any], names: dict[str, str], wait: dict[str, Any] | None, epoch: float, slot_s: float,
          now: float, since: int) -> JobState:
     plan = [m for m in st.get("members") or () if m.get("state") == "member"]
 
@@ -141,7 +144,8 @@ def _job(st: dict[str, Any], names: dict[str, str], wait: Any, epoch: float, slo
         est_epochs=float(st["est_epochs"]), submitted_at=st["submitted_at"],
         finished_at=st.get("finished_at"),
         seconds=round((st.get("finished_at") or now) - st["submitted_at"], 3),
-        queue_position=wait.position, wait_reason=wait.reason, busy=bool(st.get("busy")),
+        queue_position=wait["position"] if wait else None, wait_reason=wait["reason"] if wait else None,
+        wait_detail=wait["detail"] if wait else None, busy=bool(st.get("busy")),
         operation=st.get("operation"),
         timeline=[SlotRecord(slot=h["slot"], ps=h["ps"], workers=h["workers"], epochs=round(h["epochs"], 4))
                   for h in st.get("history") or () if h["slot"] >= since],
@@ -182,7 +186,8 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
                     decisions: int = 30, window: int = 240) -> DashboardState:
     """The dashboard's state now.
 
-    ``agent``: the :class:`~clusters.agent.loop.Agent` (its latest view, scheduler, decision log);
+    ``agent``: the :class:`~clusters.agent.loop.Agent` (its latest view and decision, scheduler, decision
+    log; each waiting job's queue position and reason are :func:`~clusters.agent.waiting.queue`'s);
     ``status``: the agent's status dict (``dl2ray cluster status``); ``jobs``: the backend's job statuses;
     ``node_names``: the view's nodes in order (default ``node-0``, …); ``federation``: what the
     agent knows of its federation (None: not a member); ``decisions``: how many latest slots to list;
@@ -198,7 +203,7 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
     names += [f"node-{i}" for i in range(len(names), len(cap))]
     short = {n: n[:12] for n in names}
     used = node_usage(jobs, names[:len(cap)])
-    waits = wait_reasons(jobs, free if view is not None else None)
+    waits = queue(jobs, agent.last_decision)
     epoch = float(agent.backend.slot_start(0))
     slot_s = float(agent.backend.slot_start(1)) - epoch
     by_id = {int(st["job_id"]): st["name"] for st in jobs}
@@ -209,8 +214,8 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
                            shadow=guard.shadow, version=status.get("policy_version")),
         nodes=[NodeState(name=short[n], capacity=_res(cap[i]), used=_res(used[i]), free=_res(free[i]))
                for i, n in enumerate(names[:len(cap)])],
-        jobs=[_job(st, short, waits[st["name"]], epoch, slot_s or 1.0, now, agent.backend.slot_now() - window)
-              for st in jobs],
+        jobs=[_job(st, short, waits.get(st["name"]), epoch, slot_s or 1.0, now,
+                   agent.backend.slot_now() - window) for st in jobs],
         decisions=[DecisionRow(slot=d["slot"], applied=d["applied"], reason=d["reason"],
                                policy_ms=round(d["policy_ms"], 3),
                                policy_alloc=_named(d["policy_alloc"], by_id),

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from clusters.agent.views import WAITING
+from clusters.agent.waiting import waits
 
 LOOP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Seconds: one slot's view/decide/apply (milliseconds to the guardrail's budget and beyond)."""
@@ -52,8 +52,9 @@ class JobsCollector(Collector):
         for state in JOB_STATES:
             by_state.add_metric([state], sum(st["state"] == state for st in statuses))
         yield by_state
-        yield GaugeMetricFamily("dl2ray_queue_length", "Jobs waiting for the scheduler (pending or paused)",
-                                value=sum(st["state"] in WAITING for st in statuses))
+        yield GaugeMetricFamily("dl2ray_queue_length", "Jobs waiting for the scheduler (pending, paused, or "
+                                "running with no worker yet: the queue of dl2ray jobs list)",
+                                value=sum(waits(st["state"], st["workers"]) for st in statuses))
         jcts = [st["finished_at"] - st["submitted_at"] for st in statuses
                 if st["state"] == "finished" and st.get("finished_at")]
         yield _histogram("dl2ray_job_completion_seconds",

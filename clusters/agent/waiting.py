@@ -1,4 +1,6 @@
-"""Why a live job waits, and where it is in the queue: read from the agent's last decision.
+"""Why a live job waits, and where it is in the queue: read from the agent's last decision. The one answer
+``dl2ray jobs list``/``jobs status`` (:mod:`clusters.ray.agent`), the dashboard
+(:mod:`clusters.agent.dashboard`) and the ``dl2ray_queue_length`` metric (:func:`waits`) give.
 
 A job *waits* while it is ``pending`` (never started), ``paused`` (the scheduler
 took its workers away; one PS keeps its state), or ``running`` with no worker
@@ -19,11 +21,11 @@ allocation and the backend's report of what it did with it:
   (``ps_count.min`` PS and ``workers.min`` workers, first fit);
 * ``scheduler gave it 0``: its minimum fits in the room left, the scheduler
   gave it nothing (its policy prefers to leave the room free);
+* ``start refused``: the backend tried to start it and the job host refused.
 
 The room left is :func:`room_after`: the view's ``free`` (what the scheduler
 may give out, since every slot reallocates every job) less every task of the
 allocation, on its node.
-* ``start refused``: the backend tried to start it and the job host refused.
 """
 
 from __future__ import annotations
@@ -89,7 +91,12 @@ class WaitingJob:
 
     @property
     def waiting(self) -> bool:
-        return self.state in ("pending", "paused") or (self.state == "running" and self.workers == 0)
+        return waits(self.state, self.workers)
+
+
+def waits(state: str, workers: int) -> bool:
+    """Whether a job in ``state`` with ``workers`` in its running plan waits (module docstring)."""
+    return state in ("pending", "paused") or (state == "running" and workers == 0)
 
 
 def fits(free: np.ndarray, tasks: Sequence[np.ndarray]) -> bool:

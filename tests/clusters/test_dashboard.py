@@ -1,6 +1,7 @@
 """The agent's dashboard JSON, its page and its Prometheus metrics, over the real control loop and a real HTTP
-server, on a small in-memory cluster (no Ray); queue positions and wait reasons by hand. (The Grafana
-dashboard's panels are checked against scrapes in tests/serve/test_serve_metrics.py.)"""
+server, on a small in-memory cluster (no Ray); its queue positions and wait reasons are those of
+:func:`clusters.agent.waiting.queue` (checked by hand in test_waiting.py). (The Grafana dashboard's panels are
+checked against scrapes in tests/serve/test_serve_metrics.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
 from clusters.agent.metrics import METRIC_NAMES, AgentMetrics
 from clusters.agent.reports import ApplyReport, ScaleAction
-from clusters.agent.views import job_id_of, live_job_view, wait_reasons
+from clusters.agent.views import job_id_of, live_job_view
+from clusters.agent.waiting import FIRST_SLOT, NO_RESOURCES, STARTING, queue
 from clusters.ray.config import LiveConfig
 from dl2ray.config import load_config
 from dl2ray.jobspec import parse_jobspec
@@ -156,7 +158,8 @@ def test_the_state_endpoint_shows_jobs_allocations_queue_and_decisions(served) -
     assert beta["scale_calls"][0]["slot"] == pytest.approx(0.1)  # 1 s into slot 0 of 10 s
     huge = jobs["huge"]
     assert huge["queue_position"] == 1
-    assert huge["wait_reason"].startswith("no room: its smallest deployment needs cpu")
+    assert huge["wait_reason"] == NO_RESOURCES  # its 8-core worker fits on no node
+    assert "one worker (cpu 8, gpu 0, mem 1 GB)" in huge["wait_detail"]
     assert s["slot"] == 3 and s["slot_seconds"] == 10.0 and s["policy"]["scheduler"] == "drf"
     assert [n["name"] for n in s["nodes"]] == ["node-a", "node-b"] and s["nodes"][1]["capacity"]["cpu"] == 2.0
     held = beta["ps"] + beta["workers"]  # 1 core each, all on node-a; alpha's ended with it
@@ -251,28 +254,23 @@ def test_a_failed_step_and_a_fallback_are_counted(tmp_path: Path) -> None:
     assert _value(errors, "dl2ray_agent_step_errors_total", error="ConnectionError") == 1
 
 
-# ---- queue position and wait reason, by hand -------------------------------------------------------------
+# ---- queue position and wait reason: clusters.agent.waiting's, as dl2ray jobs list shows them -----------
 
 
-def _status(name: str, state: str, at: float, busy: bool = False, **kw: Any) -> dict[str, Any]:
-    return {"name": name, "state": state, "submitted_at": at, "busy": busy, "spec": _spec(name, **kw)}
-
-
-def test_waiting_jobs_are_queued_in_submission_order_with_their_reason() -> None:
-    free = np.array([[2.0, 0.0, 4.0], [0.5, 0.0, 4.0]])  # 2.5 cores free in all
-    rows = [_status("late", "pending", 30.0), _status("run", "running", 5.0),
-            _status("big", "pending", 10.0, cpu=1.0, workers_min=2),  # 2 workers + 1 PS = 3 cores
-            _status("held", "paused", 20.0), _status("boot", "pending", 25.0, busy=True),
-            _status("done", "finished", 1.0)]
-    w = wait_reasons(rows, free)
-    assert {n: w[n].position for n in w} == {"done": None, "run": None, "big": 1, "held": 2, "boot": 3,
-                                             "late": 4}
-    assert w["big"].reason == "no room: its smallest deployment needs cpu 3 > 2.5 free"
-    assert w["held"].reason == "paused; not chosen: the scheduler gave it no workers this slot"
-    assert w["boot"].reason.startswith("starting")
-    assert w["late"].reason.startswith("not chosen") and w["run"].reason is None
-    # without a view (an agent that has not stepped yet) room is not judged
-    assert wait_reasons(rows)["big"].reason.startswith("not chosen")
+def test_the_queue_is_the_one_of_jobs_list_read_from_the_last_decision(served) -> None:
+    url, agent, cluster = served
+    cluster.add("late")  # submitted after the agent's last decision
+    cluster.add("boot")
+    cluster.jobs["boot"]["state"] = "running"  # no worker yet: its members are starting
+    statuses = list(cluster.statuses().values())
+    shown = {j.name: (j.queue_position, j.wait_reason, j.wait_detail)
+             for j in dashboard_state(agent, {}, statuses).jobs}
+    q = queue(statuses, agent.last_decision)
+    assert shown == {"alpha": (None, None, None), "beta": (None, None, None),
+                     **{n: (r["position"], r["reason"], r["detail"]) for n, r in q.items()}}
+    assert shown["huge"][:2] == (1, NO_RESOURCES) and shown["late"][:2] == (2, FIRST_SLOT)
+    assert shown["boot"][:2] == (3, STARTING)
+    assert _value(_scrape(url)["dl2ray_queue_length"], "dl2ray_queue_length") == len(q) == 3
 
 
 def test_the_state_is_built_at_most_once_per_max_age_whoever_asks() -> None:

@@ -18,6 +18,12 @@ from support import wait_for
 from test_live import small_spec
 from test_live_agent import agent  # noqa: F401  (the live agent fixture: its DL2 policy, 2 s slots)
 
+from clusters.agent.waiting import MIN_DOES_NOT_FIT, NO_RESOURCES
+
+FOR_ROOM = (NO_RESOURCES, MIN_DOES_NOT_FIT)
+"""The reasons a job too big for the cluster waits with: given nothing, or given tasks placement cannot fit
+(whichever the DL2 policy chose in the last slot)."""
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
@@ -56,7 +62,7 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
 
     ray, handle, _ = agent
     # dash-wait's smallest deployment (a 1.9-core worker and a 0.2-core PS) never fits the 2-core cluster:
-    # it waits first in the queue, "no room"
+    # it waits first in the queue, for room (the reasons of clusters.agent.waiting)
     waiting = small_spec("dash-wait", epochs=1, worker={"cpu": 1.9, "gpu": 0, "mem": 0.1})
     for spec in (small_spec("dash-a", epochs=12), small_spec("dash-b", epochs=12, seed=4), waiting):
         assert ray.get(handle.submit.remote(spec.model_dump(mode="json")))["ok"]
@@ -74,7 +80,7 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
     wait_for("a job running with a closed slot", running, progress=slots)
     rows = {j["name"]: j for j in requests.get(f"{url}/api/state", timeout=60).json()["jobs"]}
     assert rows["dash-wait"]["queue_position"] == 1 and rows["dash-wait"]["state"] == "pending"
-    assert rows["dash-wait"]["wait_reason"].startswith("no room: its smallest deployment needs cpu 2.1 > ")
+    assert rows["dash-wait"]["wait_reason"] in FOR_ROOM and rows["dash-wait"]["wait_detail"]
     state = requests.get(f"{url}/api/state", timeout=60).json()
     assert state["policy"]["scheduler"].startswith("dl2:") and state["nodes"] and state["decisions"]
     metrics = requests.get(f"{url}/metrics", timeout=60).text
@@ -96,7 +102,7 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
         assert any("running" in text for text in shown.values()), shown
         queue = driver.execute_script(
             "return document.querySelector('#jobs tr[data-job=\"dash-wait\"] td.queue').textContent")
-        assert queue == "1" and "no room" in shown["dash-wait"], shown
+        assert queue == "1" and any(r in shown["dash-wait"] for r in FOR_ROOM), shown
         assert driver.find_element(By.ID, "policy").text.startswith("dl2:")
         assert driver.find_element(By.ID, "conn").text.startswith("live")
         assert driver.find_elements(By.CSS_SELECTOR, "#nodes tr[data-node]")
