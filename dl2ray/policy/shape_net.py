@@ -115,7 +115,7 @@ class NumpyShapePolicy:
             rj, rc, rb, ri, ro = self.row
             a = h @ rj + (ctx @ rc + rb)  # (n, head)
             n, k = x.shape[0], self.enc.num_shapes
-            u = (x[:, cols:].reshape(n * k, ROW_DIM) @ ri).reshape(n, k, -1)  # one matrix product
+            u = (x[:, cols:].reshape(n * k, ROW_DIM) @ ri).reshape(n, k, ri.shape[1])  # one matrix product
             u += a[:, None, :]
             np.maximum(u, 0.0, out=u)
             out = out + u @ ro
