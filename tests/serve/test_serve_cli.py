@@ -45,3 +45,9 @@ def test_config_yaml_is_a_valid_serve_config():
     assert dep.name == DEPLOYMENT_DEFAULTS["name"]
     assert dep.max_ongoing_requests == DEPLOYMENT_DEFAULTS["max_ongoing_requests"]
     build(app.args)  # the builder takes the file's args
+
+
+def test_bench_serve_refuses_a_bad_replica_count(capsys):
+    code, out, err = run_cli(capsys, "bench", "serve", "--modes", "haproxy:zero", "--json")
+    assert code == 2 and out == ""
+    assert "haproxy:zero" in err and "Traceback" not in err
