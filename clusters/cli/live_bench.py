@@ -78,13 +78,16 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
             ray.shutdown()
         row: dict[str, Any] = {"jobs": n, "slots": len(timings), "load_avg": round(load, 2)}
         for key in ("view_ms", "decide_ms", "apply_ms", "total_ms"):
-            vals = [t[key] for t in timings]
-            row[key.replace("_ms", "")] = {
-                "median_ms": round(float(np.median(vals)), 2),
-                "p99_ms": round(float(np.percentile(vals, 99)), 2),
-            }
+            row[key.replace("_ms", "")] = _ms_stats([t[key] for t in timings])
+        parts = [k for k in dict.fromkeys(k for t in timings for k in t) if k.startswith("view_")]
+        row["view_parts"] = {k[len("view_"):].replace("_ms", ""): _ms_stats([t[k] for t in timings if k in t])
+                             for k in parts}
         rows.append(row)
     return {"scheduler": scheduler, "slot_seconds": slot_seconds, "cpus": os.cpu_count(), "results": rows}
+
+
+def _ms_stats(vals: list[float]) -> dict[str, float]:
+    return {"median_ms": round(float(np.median(vals)), 2), "p99_ms": round(float(np.percentile(vals, 99)), 2)}
 
 
 # ---- scaling latency: decision -> first iteration on the new plan ------------------------------------

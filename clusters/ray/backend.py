@@ -166,6 +166,7 @@ class RayBackend:
         self._handles: dict[str, Any] = {}  # job → host handle, reused across slots
         self.nodes = Nodes.empty()
         self._pending: dict[str, Any] = {}  # job → ref of a scale call still running
+        self._parts: dict[str, float] = {}  # the last snapshot's parts (view_parts)
 
     # ---- the world ------------------------------------------------------------
 
@@ -220,10 +221,17 @@ class RayBackend:
     # ---- the slot ---------------------------------------------------------------
 
     def snapshot(self) -> ClusterView:
+        t0 = time.perf_counter()
         self._forget_returned_calls()
         slot = self.slot_now()
         self.nodes = ray_nodes()
-        self.jobs = self._read_jobs(slot)
+        t1 = time.perf_counter()
+        hosts = self.hosts()
+        t2 = time.perf_counter()
+        self.jobs = self._read_jobs(slot, hosts)
+        t3 = time.perf_counter()
+        self._parts = {"view_nodes_ms": (t1 - t0) * 1e3, "view_hosts_ms": (t2 - t1) * 1e3,
+                       "view_read_ms": (t3 - t2) * 1e3}
         index = self.nodes.index()
         free = self.nodes.capacity.copy()
         views = []
@@ -239,9 +247,13 @@ class RayBackend:
         return ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
                            self.placement)
 
-    def _read_jobs(self, slot: int) -> dict[str, RayJob]:
+    def view_parts(self) -> dict[str, float]:
+        """The last snapshot's parts, milliseconds: ``view_nodes_ms`` (``ray.nodes()``), ``view_hosts_ms``
+        (the host listing), ``view_read_ms`` (reading the jobs)."""
+        return dict(self._parts)
+
+    def _read_jobs(self, slot: int, hosts: dict[str, Any]) -> dict[str, RayJob]:
         """Every host's brief slot status in one batched step (module docstring)."""
-        hosts = self.hosts()
         refs = {name: h.slot_status.remote(slot, len(self.jobs[name].history) if name in self.jobs else 0)
                 for name, h in hosts.items()}
         if refs:
