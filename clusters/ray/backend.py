@@ -19,10 +19,13 @@ cannot tell it again (a :class:`~clusters.agent.backend.LiveBackend`):
   directly without waiting (``resync_slots``; the answer is read at a later
   snapshot, a host that does not answer makes the listing be read again, so a
   dead one leaves the view). A job never read yet (new, or every job after an
-  agent restart) has no last reading: its host's
+  agent restart) has no last reading, and one whose reading does not continue
+  what the backend knows (it missed more than the reading's last observations:
+  a backend that did not read for that long) no usable one: its host's
   :meth:`~clusters.ray.job.JobHostImpl.slot_status` (which closes the job's
   previous slot and hands the host the slot clock) is issued with the others'
-  and awaited, in one ``ray.wait``, as long as it takes (30 s at most). With
+  and awaited, in one ``ray.wait`` (up to ``view_wait_s``; for a job never read
+  as long as it takes, 30 s at most). With
   ``push`` off every host is asked so each slot, waiting ``view_wait_s``.
   Readings and answers are brief (no events; only the observations the backend
   has not read yet, the spec only in a first read); each becomes a typed
@@ -306,8 +309,7 @@ class RayBackend:
         if any(st is None for st in answers.values()):
             hosts = self.hosts()  # a host did not answer: listed again, a dead one leaves the view now
         pushed = get_readings([n for n in hosts if n in self.jobs]) if self.reads.push else {}
-        asked = {name: self._ask(h, name, slot) for name, h in hosts.items()
-                 if name not in self.jobs or not self.reads.push}
+        asked = {name: self._ask(h, name, slot) for name, h in hosts.items() if self._must_ask(name, pushed)}
         self._await(asked)
         jobs = {}
         now = time.time()
@@ -331,6 +333,15 @@ class RayBackend:
             if job is not None:
                 jobs[name] = job
         return jobs
+
+    def _must_ask(self, name: str, pushed: dict[str, dict[str, Any]]) -> bool:
+        """Ask the host and wait: a job never read, one whose reading does not continue what the backend
+        knows (it missed more than the readings' last observations, or the host follows another clock),
+        every job with ``push`` off."""
+        known, reading = self.jobs.get(name), pushed.get(name)
+        if known is None or not self.reads.push:
+            return True
+        return reading is not None and not self._fits(reading, known)
 
     def _ask(self, host: Any, name: str, slot: int) -> Any:
         known = self.jobs.get(name)
@@ -365,7 +376,7 @@ class RayBackend:
         job = known
         if answer is not None:
             job = RayJob.from_status(answer, job)
-        if reading is not None and self._fits(reading, job):
+        if reading is not None and self._fits(reading, job):  # (it may not after the answer)
             job = RayJob.from_status(reading, job)
             if reading["slot"] >= slot:
                 self._read_at[job.name] = slot

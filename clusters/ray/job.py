@@ -104,6 +104,7 @@ class JobHostImpl:
         self._slot = -1  # the latest slot this host opened (closing the one before): its readings' label
         self._push_lock = threading.Lock()  # closing a slot and writing the reading, in order
         self._pushed_at = 0.0  # monotonic time of the coordinator read behind the last reading written
+        self._pushed_st: Any = None  # that read (the coordinator's status; None: none)
         self._wake = threading.Event()  # a new clock: the pusher computes its next push time again
         threading.Thread(target=self._saver, name="record-saver", daemon=True).start()
         record = load_record(self.spec.name)
@@ -246,14 +247,21 @@ class JobHostImpl:
 
     def _publish(self, st, at: float, opens: int | None = None) -> None:
         """Close the slot before ``opens`` (if given) and write the reading built from ``st`` (the
-        coordinator's status read at monotonic time ``at``), unless a later read was written already."""
+        coordinator's status read at monotonic time ``at``). If a later read was written meanwhile, the
+        reading is written again only if a slot was opened, from that later read (never an older state)."""
         with self._push_lock:
+            opened = opens is not None and opens > self._slot
             if opens is not None:
                 self._close_slot(opens, st)
             clock = self.clock
-            if clock is None or at < self._pushed_at:
+            if clock is None:
                 return
-            self._pushed_at = at
+            if at < self._pushed_at:
+                if not opened:
+                    return
+                st = self._pushed_st
+            else:
+                self._pushed_at, self._pushed_st = at, st
             reading = self._status(st, brief=True)
             del reading["spec"]  # the reader has it from its first, direct read
             start = max(len(self.history) - TAIL, 0)
