@@ -289,16 +289,19 @@ class RayBackend:
                         free[index[m.node]] -= job.demand("ps")
             views.append(self._job_view(job, index))
         np.maximum(free, 0.0, out=free)
-        return ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
+        view = ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
                            self.placement)
+        self._parts["view_build_ms"] = (time.perf_counter() - t3) * 1e3
+        return view
 
     def view_parts(self) -> dict[str, float]:
         """The last snapshot's parts, milliseconds: ``view_nodes_ms`` (``ray.nodes()``, or nothing within
         ``nodes_ttl_s``), ``view_hosts_ms`` (the host listing, likewise), ``view_read_ms`` (reading the
-        jobs). Counts of jobs: ``readings_pushed`` (their reading for this slot had arrived),
-        ``readings_late`` (it had not: last reading, left alone), ``readings_asked`` (read directly and
-        waited for: never read before, or ``push`` off), ``readings_resync`` (asked without waiting);
-        ``reading_age_ms``: the median age of the arrived readings (push to read)."""
+        jobs), ``view_build_ms`` (the view built from them). Counts of jobs: ``readings_pushed`` (their
+        reading for this slot had arrived), ``readings_late`` (it had not: last reading, left alone),
+        ``readings_asked`` (read directly and waited for: never read before, no usable reading, or ``push``
+        off), ``readings_resync`` (asked without waiting); ``reading_age_ms``: the median age of the
+        arrived readings (push to read)."""
         return dict(self._parts)
 
     def _read_jobs(self, slot: int, hosts: dict[str, Any], counts: Counter[str],
