@@ -84,7 +84,7 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
                  if k.startswith("view_") and k != "view_ms"]
         row["view_parts"] = {k[len("view_"):].replace("_ms", ""): _ms_stats([t[k] for t in timings if k in t])
                              for k in parts}
-        row["readings"] = _readings(timings)
+        row["readings"] = readings_summary(timings)
         rows.append(row)
     return {"scheduler": scheduler, "slot_seconds": slot_seconds, "cpus": os.cpu_count(), "results": rows}
 
@@ -93,7 +93,7 @@ def _ms_stats(vals: list[float]) -> dict[str, float]:
     return {"median_ms": round(float(np.median(vals)), 2), "p99_ms": round(float(np.percentile(vals, 99)), 2)}
 
 
-def _readings(timings: list[dict[str, float]]) -> dict[str, Any]:
+def readings_summary(timings: list[dict[str, float]]) -> dict[str, Any]:
     """The jobs' readings over the measured slots (clusters/ray/readings.py): how many were pushed in time,
     late (left alone that slot), asked and waited for, asked without waiting; the fraction in time; the
     age of the pushed ones at the read (each slot's median, then their median and p99)."""

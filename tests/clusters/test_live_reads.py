@@ -161,3 +161,17 @@ def test_the_control_loop_goes_on_when_a_host_dies(backend, tmp_path: Path) -> N
         assert set(be.jobs) == {"die-a"}
     finally:
         agent.close()
+
+
+def test_with_push_off_every_host_is_asked_each_slot(backend) -> None:
+    from clusters.ray.config import Reads
+    from clusters.ray.readings import get_readings
+
+    be, names = backend(reads=Reads(push=False))
+    for name in ("poll-a", "poll-b"):
+        _submit(be, names, name)
+    for _ in range(2):
+        be.snapshot()
+        parts = be.view_parts()
+        assert (parts["readings_asked"], parts["readings_pushed"]) == (2, 0)
+    assert get_readings(names) == {}  # no clock handed over: the hosts push nothing
