@@ -50,6 +50,12 @@ class LiveBackend(Protocol):
         """The view at the start of this slot, from live state (closes each job's previous slot)."""
         ...
 
+    def view_parts(self) -> dict[str, float]:
+        """What the last :meth:`snapshot` spent where: ``view_<part>_ms`` milliseconds per part, and any
+        counts the backend keeps of its reads (``readings_<kind>``); ``{}`` when it measures none. The
+        agent adds them to its slot row (``slots.parquet``, ``loop_ms``)."""
+        ...
+
     def apply(self, allocation: Allocation) -> ApplyReport:
         """Turn the allocation into deltas against the last snapshot (scale-downs and pauses first, then
         scale-ups); new tasks go to the allocation's nodes where those have room."""

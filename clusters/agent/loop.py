@@ -70,7 +70,8 @@ class Agent:
         self.metrics = metrics or AgentMetrics()
         self.last_view: ClusterView | None = None
         self.errors: Counter[str] = Counter()
-        self.loop_ms: list[dict[str, float]] = []  # per slot: view, decide, apply and total milliseconds
+        # per slot: view, decide, apply and total milliseconds, and the view's parts (backend.view_parts)
+        self.loop_ms: list[dict[str, float]] = []
         self.slots_done = 0
         self.last_slot = -1
         self.last_decision: LastDecision | None = None  # the latest slot's, for why jobs wait
@@ -92,7 +93,7 @@ class Agent:
             t3 = time.perf_counter()
             self.last_decision = LastDecision(view, alloc, report)
             timings = {"view_ms": (t1 - t0) * 1e3, "decide_ms": (t2 - t1) * 1e3,
-                       "apply_ms": (t3 - t2) * 1e3, "total_ms": (t3 - t0) * 1e3}
+                       "apply_ms": (t3 - t2) * 1e3, "total_ms": (t3 - t0) * 1e3, **self.backend.view_parts()}
             row.update(slot=view.slot, jobs=len(view.jobs), **timings, actions=len(report.actions),
                        busy=len(report.skipped_busy), errors=";".join(report.errors),
                        events=";".join(a.event() for a in report.actions))

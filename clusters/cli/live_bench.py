@@ -6,7 +6,8 @@ gets, the JCT summary over repeated runs).
 A local Ray instance (logical CPUs enough for every member), the agent actor
 with the chosen scheduler, N tiny jobs capped at 1 PS + 1 worker (so that the
 steady state has every job running and no member to start), then the agent's
-own per-slot timings over ``slots`` slots. Members sleep most of the time
+own per-slot timings over ``slots`` slots, with the view's parts (nodes, host listing, reading the jobs)
+and how many jobs' readings were in time (``readings``). Members sleep most of the time
 (``sample_delay_s``), so the measured loop competes with little training work.
 """
 
@@ -78,13 +79,30 @@ def loop_overhead(counts: list[int], scheduler: str, slots: int, slot_seconds: f
             ray.shutdown()
         row: dict[str, Any] = {"jobs": n, "slots": len(timings), "load_avg": round(load, 2)}
         for key in ("view_ms", "decide_ms", "apply_ms", "total_ms"):
-            vals = [t[key] for t in timings]
-            row[key.replace("_ms", "")] = {
-                "median_ms": round(float(np.median(vals)), 2),
-                "p99_ms": round(float(np.percentile(vals, 99)), 2),
-            }
+            row[key.replace("_ms", "")] = _ms_stats([t[key] for t in timings])
+        parts = [k for k in dict.fromkeys(k for t in timings for k in t)
+                 if k.startswith("view_") and k != "view_ms"]
+        row["view_parts"] = {k[len("view_"):].replace("_ms", ""): _ms_stats([t[k] for t in timings if k in t])
+                             for k in parts}
+        row["readings"] = readings_summary(timings)
         rows.append(row)
     return {"scheduler": scheduler, "slot_seconds": slot_seconds, "cpus": os.cpu_count(), "results": rows}
+
+
+def _ms_stats(vals: list[float]) -> dict[str, float]:
+    return {"median_ms": round(float(np.median(vals)), 2), "p99_ms": round(float(np.percentile(vals, 99)), 2)}
+
+
+def readings_summary(timings: list[dict[str, float]]) -> dict[str, Any]:
+    """The jobs' readings over the measured slots (clusters/ray/readings.py): how many were pushed in time,
+    late (left alone that slot), asked and waited for, asked without waiting; the fraction in time; the
+    age of the pushed ones at the read (each slot's median, then their median and p99)."""
+    counts = {k: int(sum(t.get(f"readings_{k}", 0.0) for t in timings)) for k in ("pushed", "late", "asked",
+                                                                                 "resync")}
+    read = counts["pushed"] + counts["late"]
+    ages = [t["reading_age_ms"] for t in timings if "reading_age_ms" in t]
+    return {**counts, "in_time": round(counts["pushed"] / read, 4) if read else None,
+            "age": _ms_stats(ages) if ages else None}
 
 
 # ---- scaling latency: decision -> first iteration on the new plan ------------------------------------

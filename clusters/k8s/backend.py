@@ -128,6 +128,10 @@ class KubernetesBackend:
         return ClusterView(slot, self.cfg.slot_seconds, self.nodes.capacity, free, tuple(views),
                            self.catalogue, self.placement)
 
+    def view_parts(self) -> dict[str, float]:
+        """None measured: the snapshot is one read of the world (:meth:`read`)."""
+        return {}
+
     def _job_view(self, js: JobState, index: dict[str, int]) -> JobView:
         spec = js.spec
         assert spec is not None

@@ -87,7 +87,7 @@ class LiveAgentImpl:
         self.restarted = incarnation()
         self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.placement,
                                   live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s,
-                                  orphan_timeout_s=live.timeouts.orphan_timeout_s)
+                                  orphan_timeout_s=live.timeouts.orphan_timeout_s, reads=live.reads)
         self.learner = policy.build(exp, self.restarted) if policy is not None else None
         self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp)
         self.agent.metrics.watch_jobs(lambda: self.backend.statuses().values())  # the jobs' numbers too

@@ -5,20 +5,35 @@ in the ``dl2ray`` namespace; its PS and workers are member actors with the
 job's per-task demand as Ray resources. The backend keeps nothing the cluster
 cannot tell it again (a :class:`~clusters.agent.backend.LiveBackend`):
 
-* :meth:`RayBackend.snapshot` lists the alive Ray nodes (capacity: ``CPU``,
-  ``GPU``, ``memory`` in GB) and the job hosts, and reads all hosts in one
-  batched step: every host's :meth:`~clusters.ray.job.JobHostImpl.slot_status`
-  call (which also closes the job's observation of the previous slot: epochs
-  trained, seconds, deployment) is issued before any answer is awaited, and one
-  ``ray.wait`` collects them within ``view_wait_s``. Answers are brief (no
-  events, only the observations the backend has not read yet; the spec and the
-  earlier observations are kept here per job). A host that does not answer in
-  time (restarting) keeps its last reading, marked busy, so its members still
-  count and nothing is asked of it. Each answer becomes a typed
-  :class:`RayJob`; the view has every arrived,
-  unfinished job with its current members and their nodes. A paused job holds
-  one PS (its parameters and optimizer state): that PS is subtracted from
-  ``free`` and the job shows 0 workers and 0 PS.
+* :meth:`RayBackend.snapshot` reads the alive Ray nodes (capacity: ``CPU``,
+  ``GPU``, ``memory`` in GB) and lists the job hosts, each at most every
+  ``nodes_ttl_s`` / ``hosts_ttl_s`` seconds (:class:`~clusters.ray.config.Reads`;
+  a job submitted through this backend is read at once), then reads the jobs
+  without asking their hosts: every host follows the backend's slot clock,
+  closes its own slot ``lead_s`` seconds before each slot starts and pushes its
+  brief reading to the GCS, and the snapshot reads all readings with one
+  multi-get (:mod:`clusters.ray.readings`, where the choice of the GCS is
+  argued). A job whose reading for this slot has not arrived keeps its last
+  reading (the host's latest, whatever its slot), marked busy, so its members
+  still count and nothing is asked of it this slot; its host is then asked
+  directly without waiting (``resync_slots``; the answer is read at a later
+  snapshot, a host that does not answer makes the listing be read again, so a
+  dead one leaves the view). A job never read yet (new, or every job after an
+  agent restart) has no last reading, and one whose reading does not continue
+  what the backend knows (it missed more than the reading's last observations:
+  a backend that did not read for that long) no usable one: its host's
+  :meth:`~clusters.ray.job.JobHostImpl.slot_status` (which closes the job's
+  previous slot and hands the host the slot clock) is issued with the others'
+  and awaited, in one ``ray.wait`` (up to ``view_wait_s``; for a job never read
+  as long as it takes, 30 s at most). With
+  ``push`` off every host is asked so each slot, waiting ``view_wait_s``.
+  Readings and answers are brief (no events; only the observations the backend
+  has not read yet, the spec only in a first read); each becomes a typed
+  :class:`RayJob`; the view has every arrived, unfinished job with its current
+  members and their nodes. A paused job holds one PS (its parameters and
+  optimizer state): that PS is subtracted from ``free`` and the job shows 0
+  workers and 0 PS. :meth:`RayBackend.view_parts` says what the last snapshot
+  spent where and how many readings were in time.
 * :meth:`RayBackend.apply` turns the allocation into per-job
   :meth:`~clusters.ray.job.JobHostImpl.scale_to` calls, deltas only:
   scale-downs and pauses first (they free resources; each reply says which
@@ -37,7 +52,9 @@ stable across agent restarts without any stored counter. Slot ``k`` starts at
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +64,9 @@ import ray
 from clusters.agent.placement import MemberPlacer, final_target
 from clusters.agent.reports import ApplyReport, Nodes, ScaleAction
 from clusters.agent.views import job_id_of, live_job_view
+from clusters.ray.config import Reads
 from clusters.ray.job import JOB_PREFIX, TERMINAL, JobHost, host_name
+from clusters.ray.readings import get_readings
 from clusters.ray.record import delete_record
 from clusters.runtime import NAMESPACE
 from dl2ray.errors import UserError
@@ -118,11 +137,12 @@ class RayJob:
 
     @classmethod
     def from_status(cls, st: dict[str, Any], known: RayJob | None = None) -> RayJob:
-        """From a host's status; a brief one (``history_from`` > 0) continues ``known``'s spec and history."""
+        """From a host's status; a brief one (``history_from`` > 0, or no ``spec``: a pushed reading)
+        continues ``known``'s spec and history (``known.history`` must hold ``history_from`` observations)."""
         new = tuple(Observation(h["slot"], h["ps"], h["workers"], h["epochs"], h["seconds"], h["loss"])
                     for h in st["history"])
         start = int(st.get("history_from", 0))
-        if known is not None and start > 0:
+        if known is not None and (start > 0 or "spec" not in st):
             spec, history = known.spec, (known.history[:start] + new)[: int(st["history_len"])]
         else:
             spec, history = JobSpec.model_validate(st["spec"]), new
@@ -155,7 +175,8 @@ class RayBackend:
     def __init__(self, catalogue: JobCatalogue, slot_seconds: float, epoch: float,
                  placement: str = "load_balancing", heartbeat_timeout_s: float = 5.0,
                  register_timeout_s: float = 60.0, apply_wait_s: float | None = None,
-                 orphan_timeout_s: float = 120.0, view_wait_s: float | None = None) -> None:
+                 orphan_timeout_s: float = 120.0, view_wait_s: float | None = None,
+                 reads: Reads | None = None) -> None:
         self.catalogue, self.slot_seconds, self.epoch = catalogue, slot_seconds, epoch
         self.placement = placement
         self.heartbeat_timeout_s, self.register_timeout_s = heartbeat_timeout_s, register_timeout_s
@@ -166,6 +187,12 @@ class RayBackend:
         self._handles: dict[str, Any] = {}  # job → host handle, reused across slots
         self.nodes = Nodes.empty()
         self._pending: dict[str, Any] = {}  # job → ref of a scale call still running
+        self._parts: dict[str, float] = {}  # the last snapshot's parts (view_parts)
+        self.reads = reads or Reads()
+        self.lead_s = min(self.reads.lead_s, slot_seconds / 2)
+        self._hosts_at = self._nodes_at = -math.inf  # monotonic times of the last listing and node read
+        self._read_at: dict[str, int] = {}  # job → the last slot it had its reading for (pushed or asked)
+        self._resync: dict[str, Any] = {}  # job → ref of a direct read issued without waiting (late job)
 
     # ---- the world ------------------------------------------------------------
 
@@ -175,9 +202,19 @@ class RayBackend:
     def slot_start(self, slot: int) -> float:
         return self.epoch + slot * self.slot_seconds
 
-    def hosts(self) -> dict[str, Any]:
-        self._handles = list_hosts(self._handles)
+    def hosts(self, max_age_s: float = 0.0) -> dict[str, Any]:
+        """Job name → host handle, listed again unless the last listing is younger than ``max_age_s``."""
+        now = time.monotonic()
+        if now - self._hosts_at >= max_age_s:
+            self._handles = list_hosts(self._handles)
+            self._hosts_at = now
         return dict(self._handles)
+
+    def _clock(self) -> dict[str, float] | None:
+        """The slot clock hosts push their readings at (``slot_status``'s ``clock``); None: no pushes."""
+        if not self.reads.push:
+            return None
+        return {"epoch": self.epoch, "slot_seconds": self.slot_seconds, "lead_s": self.lead_s}
 
     def statuses(self, hosts: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
         hosts = self.hosts() if hosts is None else hosts
@@ -201,6 +238,7 @@ class RayBackend:
         host = JobHost.options(name=host_name(spec.name), namespace=NAMESPACE, lifetime="detached").remote(
             spec.model_dump_json(), job_id_of(spec.name), time.time(), self.heartbeat_timeout_s,
             self.register_timeout_s, self.orphan_timeout_s)
+        self._handles[spec.name] = host  # read at the next snapshot, whatever the listing's age
         return ray.get(host.status.remote())
 
     def cancel(self, name: str) -> dict[str, Any]:
@@ -215,15 +253,30 @@ class RayBackend:
         if host is not None:
             ray.get(host.cancel.remote())
             ray.kill(host)  # no restart
+        self._handles.pop(name, None)
         delete_record(name)
 
     # ---- the slot ---------------------------------------------------------------
 
     def snapshot(self) -> ClusterView:
+        t0 = time.perf_counter()
         self._forget_returned_calls()
         slot = self.slot_now()
-        self.nodes = ray_nodes()
-        self.jobs = self._read_jobs(slot)
+        if time.monotonic() - self._nodes_at >= self.reads.nodes_ttl_s or not self.nodes.names:
+            self.nodes = ray_nodes()
+            self._nodes_at = time.monotonic()
+        t1 = time.perf_counter()
+        hosts = self.hosts(self.reads.hosts_ttl_s)
+        t2 = time.perf_counter()
+        counts: Counter[str] = Counter()
+        ages: list[float] = []
+        self.jobs = self._read_jobs(slot, hosts, counts, ages)
+        t3 = time.perf_counter()
+        self._parts = {"view_nodes_ms": (t1 - t0) * 1e3, "view_hosts_ms": (t2 - t1) * 1e3,
+                       "view_read_ms": (t3 - t2) * 1e3,
+                       **{f"readings_{k}": float(counts[k]) for k in ("pushed", "late", "asked", "resync")}}
+        if ages:
+            self._parts["reading_age_ms"] = statistics.median(ages)
         index = self.nodes.index()
         free = self.nodes.capacity.copy()
         views = []
@@ -236,32 +289,130 @@ class RayBackend:
                         free[index[m.node]] -= job.demand("ps")
             views.append(self._job_view(job, index))
         np.maximum(free, 0.0, out=free)
-        return ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
+        view = ClusterView(slot, self.slot_seconds, self.nodes.capacity, free, tuple(views), self.catalogue,
                            self.placement)
+        self._parts["view_build_ms"] = (time.perf_counter() - t3) * 1e3
+        return view
 
-    def _read_jobs(self, slot: int) -> dict[str, RayJob]:
-        """Every host's brief slot status in one batched step (module docstring)."""
-        hosts = self.hosts()
-        refs = {name: h.slot_status.remote(slot, len(self.jobs[name].history) if name in self.jobs else 0)
-                for name, h in hosts.items()}
-        if refs:
-            ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.view_wait_s)
-        first = [ref for name, ref in refs.items() if name not in self.jobs]
+    def view_parts(self) -> dict[str, float]:
+        """The last snapshot's parts, milliseconds: ``view_nodes_ms`` (``ray.nodes()``, or nothing within
+        ``nodes_ttl_s``), ``view_hosts_ms`` (the host listing, likewise), ``view_read_ms`` (reading the
+        jobs), ``view_build_ms`` (the view built from them). Counts of jobs: ``readings_pushed`` (their
+        reading for this slot had arrived), ``readings_late`` (it had not: last reading, left alone),
+        ``readings_asked`` (read directly and waited for: never read before, no usable reading, or ``push``
+        off), ``readings_resync`` (asked without waiting); ``reading_age_ms``: the median age of the
+        arrived readings (push to read)."""
+        return dict(self._parts)
+
+    def _read_jobs(self, slot: int, hosts: dict[str, Any], counts: Counter[str],
+                   ages: list[float]) -> dict[str, RayJob]:
+        """Every job's reading for ``slot`` (module docstring): the pushed ones in one GCS read; a job never
+        read (or every job, with ``push`` off) asked directly, in one batched wait."""
+        answers = self._returned_resyncs()
+        if any(st is None for st in answers.values()):
+            hosts = self.hosts()  # a host did not answer: listed again, a dead one leaves the view now
+        pushed = get_readings([n for n in hosts if n in self.jobs]) if self.reads.push else {}
+        asked = {name: self._ask(h, name, slot) for name, h in hosts.items() if self._must_ask(name, pushed)}
+        self._await(asked)
+        jobs = {}
+        now = time.time()
+        for name in hosts:
+            known = self.jobs.get(name)
+            job: RayJob | None
+            if name in asked:
+                job = self._answer(name, asked[name], known, slot)
+                if job is not None:
+                    counts["asked" if job is not known else "late"] += 1
+            else:
+                assert known is not None
+                reading = pushed.get(name)
+                job, fresh = self._pushed(known, reading, answers.get(name), slot)
+                if fresh and reading is not None:
+                    counts["pushed"] += 1
+                    ages.append((now - reading["pushed_at"]) * 1e3)
+                else:
+                    counts["late"] += 1
+                    counts["resync"] += self._resync_if_due(name, hosts[name], job, slot)
+            if job is not None:
+                jobs[name] = job
+        return jobs
+
+    def _must_ask(self, name: str, pushed: dict[str, dict[str, Any]]) -> bool:
+        """Ask the host and wait: a job never read, one whose reading does not continue what the backend
+        knows (it missed more than the readings' last observations, or the host follows another clock),
+        every job with ``push`` off."""
+        known, reading = self.jobs.get(name), pushed.get(name)
+        if known is None or not self.reads.push:
+            return True
+        return reading is not None and not self._fits(reading, known)
+
+    def _ask(self, host: Any, name: str, slot: int) -> Any:
+        known = self.jobs.get(name)
+        return host.slot_status.remote(slot, len(known.history) if known else 0, self._clock())
+
+    def _await(self, asked: dict[str, Any]) -> None:
+        if asked:
+            ray.wait(list(asked.values()), num_returns=len(asked), timeout=self.view_wait_s)
+        first = [ref for name, ref in asked.items() if name not in self.jobs]
         if first:  # a job never read has no last reading to stand in: wait for it as long as for a reply
             ray.wait(first, num_returns=len(first), timeout=30.0)
-        jobs = {}
-        for name, ref in refs.items():
-            known = self.jobs.get(name)
+
+    def _answer(self, name: str, ref: Any, known: RayJob | None, slot: int) -> RayJob | None:
+        """A direct read's answer; ``known`` marked busy if it did not come in time; None: no job."""
+        if not ray.wait([ref], timeout=0)[0]:
+            if known is not None:  # restarting or overloaded: its last reading, left alone this slot
+                known.busy = True
+            return known
+        try:
+            job = RayJob.from_status(ray.get(ref), known)
+        except ray.exceptions.RayError:
+            self._handles.pop(name, None)  # ended: no job any more
+            return None
+        self._read_at[name] = slot
+        return job
+
+    def _pushed(self, known: RayJob, reading: dict[str, Any] | None, answer: dict[str, Any] | None,
+                slot: int) -> tuple[RayJob, bool]:
+        """``known`` brought up to date by a late direct read's ``answer``, then by the pushed ``reading``
+        (the host's latest knowledge, whatever its slot); fresh (True) if the reading is this slot's, else
+        busy: left alone this slot."""
+        job = known
+        if answer is not None:
+            job = RayJob.from_status(answer, job)
+        if reading is not None and self._fits(reading, job):  # (it may not after the answer)
+            job = RayJob.from_status(reading, job)
+            if reading["slot"] >= slot:
+                self._read_at[job.name] = slot
+                return job, True
+        job.busy = True
+        return job, False
+
+    def _fits(self, reading: dict[str, Any], known: RayJob) -> bool:
+        """A reading at this backend's slots that continues what it knows of the job's history."""
+        return (reading["epoch"] == self.epoch and reading["slot_seconds"] == self.slot_seconds
+                and reading["history_from"] <= len(known.history))
+
+    def _resync_if_due(self, name: str, host: Any, job: RayJob, slot: int) -> bool:
+        """Ask a late job's host directly, without waiting (the answer is read at a later snapshot), once
+        its reading has been missing ``resync_slots`` slots; the call also hands it the slot clock again."""
+        missing = slot - self._read_at.get(name, slot)
+        if job.terminal or name in self._resync or missing < self.reads.resync_slots:
+            return False
+        self._resync[name] = self._ask(host, name, slot)
+        return True
+
+    def _returned_resyncs(self) -> dict[str, dict[str, Any] | None]:
+        """The direct reads of late jobs that have returned: job → answer (None: the host did not answer)."""
+        out: dict[str, dict[str, Any] | None] = {}
+        for name, ref in list(self._resync.items()):
             if not ray.wait([ref], timeout=0)[0]:
-                if known is not None:  # restarting or overloaded: its last reading, left alone this slot
-                    known.busy = True
-                    jobs[name] = known
                 continue
+            del self._resync[name]
             try:
-                jobs[name] = RayJob.from_status(ray.get(ref), known)
+                out[name] = ray.get(ref)
             except ray.exceptions.RayError:
-                self._handles.pop(name, None)  # ended: no job any more
-        return jobs
+                out[name] = None
+        return {n: st for n, st in out.items() if n in self.jobs}
 
     def _job_view(self, job: RayJob, index: dict[str, int]) -> JobView:
         plan = [m for m in job.members if m.state == "member"] if job.state == "running" else []

@@ -12,6 +12,7 @@ default.
       shadow: false
       learn: {enabled: false, steps_per_update: 32}
       pool: {per_node: 2}                   # warm members per node for scale-ups (0: none)
+      reads: {push: true, lead_s: 0.25}     # how the agent reads the jobs each slot
       log_dir: runs/live
 
 The fields every agent has (``experiment``, ``scheduler``, ``slot_seconds``,
@@ -29,7 +30,7 @@ from pydantic import Field
 
 from clusters.agent.settings import AgentConfig, AgentSettings, FrozenModel, Guardrail, load_agent_config
 
-__all__ = ["Guardrail", "Learn", "LiveConfig", "LiveSettings", "Pool", "RaySettings", "Timeouts",
+__all__ = ["Guardrail", "Learn", "LiveConfig", "LiveSettings", "Pool", "RaySettings", "Reads", "Timeouts",
            "load_live_config"]
 
 
@@ -67,6 +68,22 @@ class Pool(FrozenModel):
     refill_interval_s: float = Field(default=0.5, gt=0, le=60, description="how often the pool refills (s)")
 
 
+class Reads(FrozenModel):
+    """How the agent's view reads the jobs each slot (clusters/ray/readings.py, docs/live.md "The view")."""
+
+    push: bool = Field(default=True, description="hosts push their slot readings, the view reads them in one "
+                       "GCS call (false: the view asks every host each slot and waits for the answers)")
+    lead_s: float = Field(default=0.25, ge=0,
+                          description="hosts close their slot and push this long before each slot starts "
+                          "(s; at most half a slot): the margin in which the readings arrive")
+    resync_slots: int = Field(default=1, ge=1, description="a job whose reading has been missing this many "
+                              "slots is asked directly, without waiting (a host restarted, stuck or gone)")
+    nodes_ttl_s: float = Field(default=4.0, ge=0,
+                               description="ray.nodes() is read again at most this often (s; 0: every slot)")
+    hosts_ttl_s: float = Field(default=4.0, ge=0, description="the job hosts are listed again at most this "
+                               "often (s; 0: every slot; a job submitted through the agent is read at once)")
+
+
 class LiveSettings(AgentSettings):
     agent_name: str = Field(default="dl2ray-agent", description="name of the agent actor")
     ray: RaySettings = RaySettings()
@@ -74,6 +91,7 @@ class LiveSettings(AgentSettings):
     learn: Learn = Learn()
     timeouts: Timeouts = Timeouts()
     pool: Pool = Pool()
+    reads: Reads = Reads()
     log_dir: str = Field(default="runs/live", description="decision log (Parquet) and cluster state")
 
 

@@ -21,6 +21,14 @@ them (docs/elastic_mxnet.md, "Coordinator restarts"). A job whose workers all
 finished while the host was down is recorded finished; one with no member left
 is failed.
 
+**Pushed readings.** Once a backend's first direct read
+(:meth:`JobHostImpl.slot_status`) hands it the agent's slot clock, the host
+closes its own slot ``lead_s`` before each slot starts and writes its brief
+reading to the GCS (:mod:`clusters.ray.readings`), from a thread of its own; it
+writes one again after every scale call, cancel and status read, so the stored
+reading is its latest knowledge. The clock is part of the record: a restarted
+host goes on pushing.
+
 Control calls are idempotent by contract: :meth:`JobHostImpl.scale_to` takes
 absolute targets and starts only the members that are missing (counting the
 ones still starting), so a restarted agent repeating a decision starts no
@@ -37,7 +45,8 @@ from typing import Any
 
 import ray
 
-from clusters.ray.record import HostRecord, load_record, save_record
+from clusters.ray.readings import TAIL, put_reading
+from clusters.ray.record import HostRecord, SlotClock, load_record, save_record
 from clusters.ray.spawner import POOL_NAME, RaySpawner
 from clusters.runtime import actor_class
 from dl2ray.jobspec import JobSpec
@@ -91,10 +100,17 @@ class JobHostImpl:
         self.restarts = 0
         self._save_lock = threading.Lock()
         self._dirty = threading.Event()
+        self.clock: SlotClock | None = None  # the agent's slots, once a backend asked for pushed readings
+        self._slot = -1  # the latest slot this host opened (closing the one before): its readings' label
+        self._push_lock = threading.Lock()  # closing a slot and writing the reading, in order
+        self._pushed_at = 0.0  # monotonic time of the coordinator read behind the last reading written
+        self._pushed_st: Any = None  # that read (the coordinator's status; None: none)
+        self._wake = threading.Event()  # a new clock: the pusher computes its next push time again
         threading.Thread(target=self._saver, name="record-saver", daemon=True).start()
         record = load_record(self.spec.name)
         if record is not None:
             self._recover(record)
+        threading.Thread(target=self._pusher, name="slot-pusher", daemon=True).start()
 
     # ---- durability -----------------------------------------------------------
 
@@ -102,7 +118,8 @@ class JobHostImpl:
         return HostRecord(state=self.state, reason=self.reason,
                           coordinator=self.coordinator.address if self.coordinator else None,
                           started_at=self.started_at, finished_at=self.finished_at, restarts=self.restarts,
-                          history=self.history, actions=self.actions, events=self._all_events())
+                          history=self.history, actions=self.actions, events=self._all_events(),
+                          clock=self.clock)
 
     def _save(self) -> None:
         """Write the record now (state changes, scale calls)."""
@@ -134,6 +151,8 @@ class JobHostImpl:
         self.reason, self.started_at, self.finished_at = rec.reason, rec.started_at, rec.finished_at
         self.history, self.actions, self._old_events = list(rec.history), list(rec.actions), list(rec.events)
         self.state = rec.state
+        self.clock = rec.clock  # a restarted host goes on pushing its readings at the agent's slots
+        self._slot = self.history[-1]["slot"] + 1 if self.history else -1
         with self._spawn_lock:
             address = self.spawner.adopt()
             ended = self.spawner.reap()
@@ -169,24 +188,90 @@ class JobHostImpl:
         return self.spec.model_dump_json()
 
     def status(self) -> dict[str, Any]:
-        """The job as it is now: state, progress, members (with pid and node), scaling events, history."""
+        """The job as it is now: state, progress, members (with pid and node), scaling events, history.
+        What it read is pushed as the job's reading too (:mod:`clusters.ray.readings`)."""
         with self._spawn_lock:
             self.spawner.reap()
-        return self._status(self._coordinator_status())
+        at = time.monotonic()
+        st = self._coordinator_status()
+        self._publish(st, at)
+        return self._status(st)
 
-    def slot_status(self, slot: int, history_from: int = 0) -> dict[str, Any]:
-        """:meth:`mark_slot` then :meth:`status`, with one coordinator query (the backend's snapshot).
+    def slot_status(self, slot: int, history_from: int = 0,
+                    clock: dict[str, float] | None = None) -> dict[str, Any]:
+        """:meth:`mark_slot` then :meth:`status`, with one coordinator query (the backend's direct read).
 
         Brief: no scaling events or scale calls, and of the history only the observations from index
-        ``history_from`` on (the backend keeps the ones it read); ``history_len`` is the full count."""
+        ``history_from`` on (the backend keeps the ones it read); ``history_len`` is the full count.
+        ``clock``: a :class:`~clusters.ray.record.SlotClock`'s fields; from now on the host closes its
+        slots and pushes its readings at those slots itself (kept in its record, so after a restart too)."""
+        if clock is not None:
+            self._follow(SlotClock.model_validate(clock))
         with self._spawn_lock:
             self.spawner.reap()
+        at = time.monotonic()
         st = self._coordinator_status()
-        self._close_slot(slot, st)
+        self._publish(st, at, opens=slot)
         out = self._status(st, brief=True)
         out.update(history=self.history[history_from:], history_from=history_from,
                    history_len=len(self.history))
         return out
+
+    # ---- pushed readings (clusters/ray/readings.py) --------------------------
+
+    def _follow(self, clock: SlotClock) -> None:
+        if clock != self.clock:
+            self.clock = clock
+            self._save()
+            self._wake.set()
+
+    def _pusher(self) -> None:
+        """Open each slot of the followed clock at its push time: close the slot before, push the reading."""
+        while True:
+            clock = self.clock
+            if clock is None:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            slot = clock.next_slot(time.time())
+            if self._wake.wait(max(clock.push_time(slot) - time.time(), 0.0)):
+                self._wake.clear()  # a new clock
+                continue
+            try:
+                with self._spawn_lock:
+                    self.spawner.reap()
+                at = time.monotonic()
+                self._publish(self._coordinator_status(), at, opens=slot)
+            except Exception:  # the next slot tries again; the agent asks directly meanwhile
+                log.exception("job %s: could not push the reading of slot %d", self.spec.name, slot)
+
+    def _publish(self, st, at: float, opens: int | None = None) -> None:
+        """Close the slot before ``opens`` (if given) and write the reading built from ``st`` (the
+        coordinator's status read at monotonic time ``at``). If a later read was written meanwhile, the
+        reading is written again only if a slot was opened, from that later read (never an older state)."""
+        with self._push_lock:
+            opened = opens is not None and opens > self._slot
+            if opens is not None:
+                self._close_slot(opens, st)
+            clock = self.clock
+            if clock is None:
+                return
+            if at < self._pushed_at:
+                if not opened:
+                    return
+                st = self._pushed_st
+            else:
+                self._pushed_at, self._pushed_st = at, st
+            reading = self._status(st, brief=True)
+            del reading["spec"]  # the reader has it from its first, direct read
+            start = max(len(self.history) - TAIL, 0)
+            reading.update(history=self.history[start:], history_from=start, history_len=len(self.history),
+                           slot=self._slot, epoch=clock.epoch, slot_seconds=clock.slot_seconds,
+                           pushed_at=time.time())
+            try:
+                put_reading(self.spec.name, reading)
+            except Exception:  # the reader finds the previous one, treats the job as late, asks directly
+                log.exception("job %s: could not write its reading", self.spec.name)
 
     def _status(self, st, brief: bool = False) -> dict[str, Any]:
         members = self._members(st)
@@ -263,9 +348,13 @@ class JobHostImpl:
         The observation is what the job did since the previous mark: epochs
         trained, wall seconds, and the PS/workers it ran with.
         """
-        return self._close_slot(slot, self._coordinator_status())
+        st = self._coordinator_status()
+        with self._push_lock:
+            return self._close_slot(slot, st)
 
     def _close_slot(self, slot: int, st) -> dict[str, Any] | None:
+        """Close slot ``slot - 1`` (under ``_push_lock``: the pusher and direct reads both close slots)."""
+        self._slot = max(self._slot, slot)
         if self.history and self.history[-1]["slot"] >= slot - 1:
             return self.history[-1] if self.history[-1]["slot"] == slot - 1 else None
         now = time.time()
@@ -295,7 +384,7 @@ class JobHostImpl:
         (its parameters and optimizer state). Returns ``{ok, reason, ...,
         members}``: ``members`` are the member actors alive afterwards (role
         and node; what the job holds of the cluster now), so the backend does
-        not read the host again in the same slot.
+        not read the host again in the same slot; the new deployment is pushed as the job's reading.
         """
         if not self._op.acquire(blocking=False):
             return {"ok": False, "reason": "busy: an operation is in progress"}
@@ -305,7 +394,10 @@ class JobHostImpl:
             self._op.release()
         with self._spawn_lock:
             self.spawner.reap()
-        return {**result, "members": self._members(None)}
+        at = time.monotonic()
+        st = self._coordinator_status()
+        self._publish(st, at)
+        return {**result, "members": self._members(st)}
 
     def _scale(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
         self._check_thread()
@@ -405,6 +497,7 @@ class JobHostImpl:
         with self._spawn_lock:
             self.spawner.close(grace_s=0.0)
         self._save()
+        self._publish(None, time.monotonic())
         return {"ok": True, "reason": "cancelled"}
 
     def kill_member(self, role: str) -> str | None:

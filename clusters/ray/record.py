@@ -2,7 +2,8 @@
 
 A job host (:mod:`clusters.ray.job`) keeps what its members cannot tell it
 again — its state, the coordinator's address, the slot observations, the scale
-calls and the scaling events so far — under ``job/<name>`` in the ``dl2ray``
+calls, the scaling events so far and the agent's slot clock it pushes its
+readings at (:mod:`clusters.ray.readings`) — under ``job/<name>`` in the ``dl2ray``
 namespace of Ray's internal KV store (the GCS, where Ray keeps its own job
 records), written on every change. When Ray restarts the host
 (``max_restarts``), ``__init__`` reads it back and re-adopts the members
@@ -12,12 +13,32 @@ Ray cluster and is deleted when the job is removed or the cluster goes down.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray.experimental import internal_kv
 
 KV_NAMESPACE = "dl2ray"
+
+
+class SlotClock(BaseModel):
+    """The agent's slots as a host follows them. Slot ``k`` starts at ``epoch + k · slot_seconds``; the host
+    pushes the reading of slot ``k`` (having closed slot ``k - 1``) ``lead_s`` seconds before that."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epoch: float = Field(description="Unix time (s) of slot 0's start")
+    slot_seconds: float = Field(gt=0, description="slot length (s)")
+    lead_s: float = Field(default=0.0, ge=0, description="push this long before each slot starts (s)")
+
+    def push_time(self, slot: int) -> float:
+        """Unix time (s) at which the reading of ``slot`` is pushed."""
+        return self.epoch + slot * self.slot_seconds - self.lead_s
+
+    def next_slot(self, now: float) -> int:
+        """The first slot whose push time is after ``now``."""
+        return math.floor((now + self.lead_s - self.epoch) / self.slot_seconds) + 1
 
 
 class HostRecord(BaseModel):
@@ -34,10 +55,17 @@ class HostRecord(BaseModel):
     history: list[dict[str, Any]] = Field(default_factory=list, description="one per slot marked")
     actions: list[dict[str, Any]] = Field(default_factory=list, description="every scale call")
     events: list[dict[str, Any]] = Field(default_factory=list, description="scaling events, as last read")
+    clock: SlotClock | None = Field(default=None, description="the slots the host pushes its readings at "
+                                    "(clusters/ray/readings.py); None: no agent has asked for them")
 
 
 def _key(job: str) -> bytes:
     return f"job/{job}".encode()
+
+
+def reading_key(job: str) -> bytes:
+    """The key of the host's last pushed reading (:mod:`clusters.ray.readings`), beside its record."""
+    return f"reading/{job}".encode()
 
 
 def save_record(job: str, record: HostRecord) -> None:
@@ -51,7 +79,9 @@ def load_record(job: str) -> HostRecord | None:
 
 
 def delete_record(job: str) -> None:
+    """The record and the host's last pushed reading (:mod:`clusters.ray.readings`)."""
     internal_kv._internal_kv_del(_key(job), namespace=KV_NAMESPACE)
+    internal_kv._internal_kv_del(reading_key(job), namespace=KV_NAMESPACE)
 
 
 def record_names() -> list[str]:

@@ -110,6 +110,9 @@ class ScriptedBackend:
         cap = np.array([[8.0, 2.0, 32.0]])
         return ClusterView(self.slot, 10.0, cap, cap.copy(), (self.job,), CATALOGUE)
 
+    def view_parts(self) -> dict[str, float]:
+        return {}
+
     def apply(self, allocation: Allocation) -> ApplyReport:
         self.applied.append(allocation)
         t = allocation.tasks.get(self.job.job_id, Tasks(0, 0))

@@ -87,6 +87,9 @@ class TinyCluster:
                                        [0] * st["ps"], [0] * st["workers"], hist))
         return ClusterView(self.slot, 10.0, self.capacity, np.maximum(free, 0), tuple(views), CATALOGUE)
 
+    def view_parts(self) -> dict[str, float]:
+        return {}
+
     def apply(self, allocation: Allocation) -> ApplyReport:
         report = ApplyReport(self.slot)
         for st in self.jobs.values():

@@ -1,6 +1,7 @@
 """``bench live-demo`` is a fair comparison: every scheduler and every repetition gets the same seeded
 submission times, and the summary's means and spreads are the runs' by hand. No Ray here (the live
-runs are recorded by a stand-in); the one tiny live run is in test_live_auth.py (slow)."""
+runs are recorded by a stand-in); the one tiny live run is in test_live_auth.py (slow). ``bench live``'s
+summary of the pushed readings, by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from support import run_cli
 
-from clusters.cli.live_bench import arrival_schedule, jct_summary
+from clusters.cli.live_bench import arrival_schedule, jct_summary, readings_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,3 +109,16 @@ def test_bench_live_demo_refuses_bad_input_before_starting_anything(capsys, tmp_
     assert code == 2 and "nope" in err
     code, _, err = run_cli(capsys, "bench", "live-demo", "--jobs", str(job_dir), "--repeats", "0")
     assert code == 2 and "repeats" in err.lower()
+
+
+def test_bench_live_counts_the_readings_in_time_and_their_age() -> None:
+    slots = [{"readings_pushed": 3.0, "readings_late": 1.0, "readings_asked": 0.0, "readings_resync": 1.0,
+              "reading_age_ms": 200.0},
+             {"readings_pushed": 4.0, "readings_late": 0.0, "readings_asked": 0.0, "readings_resync": 0.0,
+              "reading_age_ms": 250.0},
+             {"readings_pushed": 0.0, "readings_late": 0.0, "readings_asked": 4.0, "readings_resync": 0.0}]
+    r = readings_summary(slots)
+    assert (r["pushed"], r["late"], r["asked"], r["resync"]) == (7, 1, 4, 1)
+    assert r["in_time"] == 0.875  # 7 of the 8 readings of known jobs; asked ones are not pushed readings
+    assert r["age"] == {"median_ms": 225.0, "p99_ms": 249.5}  # the two slots with arrived readings
+    assert readings_summary([{"view_ms": 1.0}])["in_time"] is None  # the batched read: no pushed readings
