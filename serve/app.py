@@ -501,6 +501,9 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "backpressure_config": {"status_code": 503, "retry_after_s": 1},
     "ray_actor_options": {"num_cpus": 1},
     "health_check_period_s": 10,
+    # No access-log line per request (a logging call on the replica's path at every request; /metrics
+    # counts the requests, their status and latency instead).
+    "logging_config": {"enable_access_log": False},
 }
 
 

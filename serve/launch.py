@@ -54,7 +54,9 @@ def mode_env(mode: str, port: int, grpc_port: int | None) -> dict[str, str]:
     """The environment variables of Serve ``mode`` (:data:`SERVE_MODES`) with ``port``/``grpc_port``."""
     if mode not in SERVE_MODES:
         raise ValueError(f"unknown Serve mode {mode!r}; one of {sorted(SERVE_MODES)}")
-    env = dict(SERVE_MODES[mode])
+    # Ray starts its worker processes at niceness 15 (batch work yields to Ray's own daemons); the
+    # replica is a latency-critical server and must not yield the cores to its own clients.
+    env = {"RAY_worker_niceness": "0", **SERVE_MODES[mode]}
     g = grpc_port if grpc_port is not None else port + 2 * DIRECT_PORTS + 1
     env.update({"RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port + 1),
                 "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1 + DIRECT_PORTS),
