@@ -499,7 +499,11 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "max_ongoing_requests": 2,
     "max_queued_requests": 2,
     "backpressure_config": {"status_code": 503, "retry_after_s": 1},
-    "ray_actor_options": {"num_cpus": 1},
+    # One BLAS thread: a replica decides one request at a time on one core; numpy's OpenBLAS would
+    # otherwise start a thread per core and spin them against the replica's own event loop (measured:
+    # 220 of 1000 requests refused at 100 req/s with the pool, 24 without; docs/BENCHMARKS.md).
+    "ray_actor_options": {"num_cpus": 1,
+                          "runtime_env": {"env_vars": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}}},
     "health_check_period_s": 10,
     # No access-log line per request (a logging call on the replica's path at every request; /metrics
     # counts the requests, their status and latency instead).
