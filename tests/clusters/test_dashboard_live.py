@@ -79,7 +79,10 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
 
     wait_for("a job running with a closed slot", running, progress=slots)
     rows = {j["name"]: j for j in requests.get(f"{url}/api/state", timeout=60).json()["jobs"]}
-    assert rows["dash-wait"]["queue_position"] == 1 and rows["dash-wait"]["state"] == "pending"
+    # last in submission order: behind whichever of dash-a and dash-b still waits (one may not have its
+    # worker yet when the other already runs)
+    ahead = sum(rows[n]["queue_position"] is not None for n in ("dash-a", "dash-b"))
+    assert rows["dash-wait"]["queue_position"] == 1 + ahead and rows["dash-wait"]["state"] == "pending"
     assert rows["dash-wait"]["wait_reason"] in FOR_ROOM and rows["dash-wait"]["wait_detail"]
     state = requests.get(f"{url}/api/state", timeout=60).json()
     assert state["policy"]["scheduler"].startswith("dl2:") and state["nodes"] and state["decisions"]
@@ -100,9 +103,13 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
                          lambda: (r := page_rows()) and {"dash-a", "dash-b", "dash-wait"} <= set(r) and r,
                          progress=slots)
         assert any("running" in text for text in shown.values()), shown
-        queue = driver.execute_script(
-            "return document.querySelector('#jobs tr[data-job=\"dash-wait\"] td.queue').textContent")
-        assert queue == "1" and any(r in shown["dash-wait"] for r in FOR_ROOM), shown
+        queues = driver.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#jobs tr[data-job]')]"
+            ".map(r => [r.dataset.job, r.querySelector('td.queue').textContent]))")
+        # dash-wait is last in submission order: behind whichever of dash-a and dash-b the page shows waiting
+        ahead = sum(queues[n].isdigit() for n in ("dash-a", "dash-b"))
+        assert queues["dash-wait"] == str(1 + ahead), queues
+        assert any(r in shown["dash-wait"] for r in FOR_ROOM), shown
         assert driver.find_element(By.ID, "policy").text.startswith("dl2:")
         assert driver.find_element(By.ID, "conn").text.startswith("live")
         assert driver.find_elements(By.CSS_SELECTOR, "#nodes tr[data-node]")
