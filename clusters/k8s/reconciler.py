@@ -251,12 +251,24 @@ class Reconciler:
         self._wait_ready(js.name, action.created[first:])
         deadline = time.monotonic() + p.register_timeout_s
         while time.monotonic() < deadline:
-            st = self._coordinator_status(js)
-            if st is not None and st.state == "running":
+            if self._first_plan_ran(js, pod["metadata"]["name"]):
                 action.reason = "started"
                 return
             time.sleep(0.2)
         raise TimeoutError(f"the coordinator of {js.name} did not start its first plan")
+
+    def _first_plan_ran(self, js: JobState, coordinator: str) -> bool:
+        """Whether the coordinator got past its first plan: it runs, stops or is done, or its pod already
+        Succeeded (a short job can train to its end between two polls, and its coordinator exits then).
+        TimeoutError when the coordinator's pod failed."""
+        st = self._coordinator_status(js)
+        if st is not None:
+            return st.state in ("running", "stopping", "done")
+        pods = {p["metadata"]["name"]: p for p in self._poll.pods(js.name)}
+        phase = pod_phase(pods[coordinator]) if coordinator in pods else None
+        if phase == "Failed":
+            raise TimeoutError(f"the coordinator of {js.name} failed before its first plan")
+        return phase == "Succeeded"
 
     def _create_members(self, js: JobState, action: ScaleAction, nodes: dict[str, list[str | None]]) -> None:
         spec = js.spec

@@ -136,6 +136,21 @@ def test_agent_restart_adopts_running_jobs_without_touching_them(cluster):
     assert cluster.pods("mlp-r") == [] and cluster.core.list_namespaced_service("default").items == []
 
 
+def test_a_job_that_trains_to_its_end_before_its_start_is_seen_running_is_started_not_timed_out(
+    cluster, monkeypatch
+):
+    # The race CI hit: a short job's coordinator ran its first plan, trained to the end and exited
+    # between two of the reconciler's polls, so "running" was never read. Here no status ever answers.
+    monkeypatch.setattr(cluster.backend.coordinators, "status", lambda address: None)
+    cluster.apply_job(small_job("tiny-r", epochs=1, samples=32, sample_delay_s=0.0))
+    _, report = cluster.slot({"tiny-r": (1, 1)})
+    assert report.errors == []
+    (action,) = report.actions
+    assert action.ok and action.reason == "started"
+    coordinator = cluster.core.read_namespaced_pod(ko.coordinator_name("tiny-r"), "default")
+    assert coordinator.status.phase == "Succeeded"
+
+
 async def _slow_answer():
     await asyncio.sleep(3.0)  # past the client's 2 s timeout
     return {"kind": "Status", "status": "Success"}
