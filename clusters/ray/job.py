@@ -447,12 +447,14 @@ class JobHostImpl:
         deadline = time.monotonic() + self.register_timeout_s
         while time.monotonic() < deadline:
             st = self._coordinator_status()
-            if st is not None and st.state == "running":
+            if st is not None and st.state in ("running", "stopping", "done"):
                 return {"ok": True, "reason": "started"}
             if self.thread is None or not self.thread.is_alive():
                 break
             time.sleep(0.1)
         self._check_thread()
+        if self.state == "finished":  # a short job trained to its end between two polls
+            return {"ok": True, "reason": "started"}
         return {"ok": False, "reason": f"the job did not start ({self.state})"}
 
     def _rescale(self, ps: int, workers: int, ps_nodes: list[str], worker_nodes: list[str]) -> dict[str, Any]:
