@@ -339,6 +339,12 @@ class StatusReply(_Msg):
     operation: str | None = None
     """The change in progress or waiting for its new members, if any."""
 
+    @property
+    def started(self) -> bool:
+        """Whether the coordinator's first plan ran: any state past ``waiting`` and ``starting``
+        (``running``, ``stopping``, ``done``, or ``rebuilding`` after a restart)."""
+        return self.state not in ("waiting", "starting")
+
 
 class StopRequest(_Msg):
     kind: Literal["stop_job"] = "stop_job"

@@ -196,7 +196,7 @@ class Reconciler:
         """Bring one job to ``action.target``; an error string (also in ``action.reason``) or None."""
         t0 = time.monotonic()
         try:
-            started = js.coord is not None and js.coord.state not in ("waiting", "starting")
+            started = js.coord is not None and js.coord.started
             if js.coordinator is not None and js.coord is None and pod_ready(js.coordinator):
                 raise TimeoutError(f"the coordinator of {js.name} does not answer")
             if started:
@@ -258,12 +258,12 @@ class Reconciler:
         raise TimeoutError(f"the coordinator of {js.name} did not start its first plan")
 
     def _first_plan_ran(self, js: JobState, coordinator: str) -> bool:
-        """Whether the coordinator got past its first plan: it runs, stops or is done, or its pod already
+        """Whether the coordinator got past its first plan (``StatusReply.started``), or its pod already
         Succeeded (a short job can train to its end between two polls, and its coordinator exits then).
         TimeoutError when the coordinator's pod failed."""
         st = self._coordinator_status(js)
         if st is not None:
-            return st.state in ("running", "stopping", "done")
+            return st.started
         pods = {p["metadata"]["name"]: p for p in self._poll.pods(js.name)}
         phase = pod_phase(pods[coordinator]) if coordinator in pods else None
         if phase == "Failed":

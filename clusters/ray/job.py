@@ -447,7 +447,7 @@ class JobHostImpl:
         deadline = time.monotonic() + self.register_timeout_s
         while time.monotonic() < deadline:
             st = self._coordinator_status()
-            if st is not None and st.state in ("running", "stopping", "done"):
+            if st is not None and st.started:
                 return {"ok": True, "reason": "started"}
             if self.thread is None or not self.thread.is_alive():
                 break
