@@ -38,6 +38,7 @@ import numpy as np
 import ray
 import torch
 
+from clusters.a3c.local import LocalSettings
 from clusters.a3c.weights import (
     OuterStep,
     atomic_save,
@@ -87,9 +88,10 @@ class A3COptions:
     twin_window: int = 8  # observed twin: the newest observed traces it replays
     observe_every: int = 1  # observed twin: updates per episode run on the agent's own cluster
     zero_advantage: bool = False  # shape agents: the control (each try's advantages shuffled)
+    same_traces: bool = False  # the benchmark's control: every agent cycles all ``traces`` (not its part)
 
     def __post_init__(self) -> None:
-        if self.agents < 1 or self.traces < self.agents:
+        if self.agents < 1 or self.traces < (1 if self.same_traces else self.agents):
             raise ValueError(f"need 1 <= agents ({self.agents}) <= traces ({self.traces}): "
                              "every agent needs training traces of its own")
         if self.pull_every < 1 or self.max_in_flight < 1:
@@ -98,8 +100,16 @@ class A3COptions:
             raise ValueError("twin_window and observe_every must be >= 1")
 
     def agent_traces(self, agent_id: int) -> list[int]:
-        """Agent ``agent_id``'s training seeds: every ``agents``-th of ``seeds.training(traces)``."""
+        """Agent ``agent_id``'s training seeds: every ``agents``-th of ``seeds.training(traces)`` (with
+        ``same_traces``: all of them, in the same order for every agent)."""
+        if self.same_traces:
+            return seedsets.training(self.traces)
         return seedsets.training(self.traces)[agent_id::self.agents]
+
+    def local_settings(self) -> LocalSettings:
+        """What an agent's :class:`~clusters.a3c.local.LocalLearner` is built with."""
+        return LocalSettings(self.steps_per_update, self.critic, self.exploration, self.twin,
+                             self.twin_window, self.observe_every, self.zero_advantage)
 
 
 class ValidatorImpl:

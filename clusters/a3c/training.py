@@ -45,7 +45,7 @@ import torch
 from ray.exceptions import ActorUnavailableError
 
 from clusters.a3c.global_policy import A3COptions, GlobalPolicy
-from clusters.a3c.local import LocalSettings, local_learner
+from clusters.a3c.local import local_learner
 from clusters.a3c.reports import AgentReport
 from clusters.a3c.weights import with_hidden_of
 from clusters.runtime import NAMESPACE, actor_class, incarnation
@@ -64,10 +64,8 @@ class ClusterAgentImpl:
         global_policy = ray.get_actor(global_name, namespace=NAMESPACE)
         self.cfg, self.gp, self.agent_id, self.opts = cfg, global_policy, agent_id, options
         self.incarnation = incarnation()
-        settings = LocalSettings(options.steps_per_update, options.critic, options.exploration, options.twin,
-                                 options.twin_window, options.observe_every, options.zero_advantage)
         self.learner = local_learner(cfg, options.agent_traces(agent_id), seed, [agent_id, self.incarnation],
-                                     settings, salt=agent_id)
+                                     options.local_settings(), salt=agent_id)
         # A shape agent's push follows seconds of rollouts and its next collection should start from
         # the master's weights, not only its own improvement: it waits for each reply (a few ms).
         self.max_in_flight = 1 if cfg.policy.arch == "shape" else options.max_in_flight

@@ -89,6 +89,12 @@ def bench_a3c(
         "--single-process", help="also measure the single-process trainer (the reference), first")] = False,
     init: Annotated[Path | None, typer.Option(
         help="start every row from this checkpoint (its architecture), as a warm-started run does")] = None,
+    plain: Annotated[bool, typer.Option(
+        "--plain", help="before each Ray row, the agents' same work in plain processes without Ray "
+                        "(what the machine gives)")] = False,
+    same_traces: Annotated[bool, typer.Option(
+        "--same-traces", help="every agent cycles the same training traces, so every row does the same "
+                              "work per push (the control; training splits them)")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Federated A3C throughput: slots of experience per second, all agents together, per agent count."""
@@ -104,7 +110,8 @@ def bench_a3c(
 
     started = start_ray(max(*counts, os.cpu_count() or 1))
     try:
-        doc = run_bench(cfg, counts, seconds, seed, warmup, single_process=single_process, init=init)
+        doc = run_bench(cfg, counts, seconds, seed, warmup, single_process=single_process, init=init,
+                        plain=plain, same_traces=same_traces)
     finally:
         if started:
             import ray

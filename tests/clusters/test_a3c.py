@@ -35,6 +35,12 @@ def test_agents_split_the_training_traces_disjointly() -> None:
         A3COptions(agents=3, traces=2)
 
 
+def test_the_benchmarks_control_gives_every_agent_the_same_traces() -> None:
+    """``same_traces`` (``bench a3c --same-traces``): all agents cycle all the traces, in one order."""
+    opts = A3COptions(agents=3, traces=2, same_traces=True)
+    assert [opts.agent_traces(i) for i in range(3)] == [seeds.training(2)] * 3
+
+
 def _row() -> UpdateRow:
     return UpdateRow(-1, 0.5, 0.25, 1.0, 0.1, 0.0, 32, 3, 0)
 

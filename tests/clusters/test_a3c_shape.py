@@ -135,6 +135,23 @@ def test_bench_a3c_measures_a_warm_started_shape_run(ray_session, tiny_shape, tm
     assert all(r["slots"] > 0 and r["updates"] >= 1 for r in doc["results"])  # the init's arch ran: shape
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_bench_a3c_puts_a_plain_row_beside_each_ray_row(ray_session, tiny_shape) -> None:
+    """``--plain --same-traces``: per count a plain row then a Ray row, speed-ups within a mode, of_plain."""
+    from clusters.a3c.bench import bench_a3c
+
+    doc = bench_a3c(tiny_shape, [1, 2], seconds=0.1, warmup=0.0, traces_per_agent=2, plain=True,
+                    same_traces=True)
+    rows = doc["results"]
+    assert doc["same_traces"] is True
+    assert [(r["mode"], r["agents"]) for r in rows] == [("plain", 1), ("ray", 1), ("plain", 2), ("ray", 2)]
+    assert rows[0]["speedup"] == rows[1]["speedup"] == 1.0
+    for plain, ray_row in (rows[0:2], rows[2:4]):
+        assert plain["slots"] > 0 and ray_row["slots"] > 0
+        assert ray_row["of_plain"] == pytest.approx(ray_row["slots_per_s"] / plain["slots_per_s"], abs=1e-3)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--algo", "improve", "--agents", "2"], "--algo improve"),
     (["--algo", "paper", "--twin", "observed"], "--twin observed"),
