@@ -35,7 +35,7 @@ def bench_a3c(cfg: ExperimentConfig, agent_counts: list[int], seconds: float, se
 
     ``same_traces``: every agent cycles the same ``traces_per_agent`` training traces (not its own part
     of N times as many), so that every row does the same work per push: an update's cost depends on
-    its trace (14–38 s on the testbed for the same weights), and a few updates per row sample only a
+    its trace (11–38 s on the testbed for the same weights), and a few updates per row sample only a
     few traces. Training never does this; it is the benchmark's control.
 
     ``init``: start every row from this checkpoint (its architecture and layer widths replace the
