@@ -233,6 +233,7 @@ def _job_row(st: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": st["name"],
         "state": st["state"],
+        "answering": st.get("answering", True),  # False: its host was slow, this is its last answer
         "type": st["job_type"],
         "ps": st["ps"],
         "workers": st["workers"],

@@ -193,6 +193,7 @@ class RayBackend:
         self._hosts_at = self._nodes_at = -math.inf  # monotonic times of the last listing and node read
         self._read_at: dict[str, int] = {}  # job → the last slot it had its reading for (pushed or asked)
         self._resync: dict[str, Any] = {}  # job → ref of a direct read issued without waiting (late job)
+        self._answered: dict[str, dict[str, Any]] = {}  # job → its host's last status() answer (statuses)
 
     # ---- the world ------------------------------------------------------------
 
@@ -216,9 +217,24 @@ class RayBackend:
             return None
         return {"epoch": self.epoch, "slot_seconds": self.slot_seconds, "lead_s": self.lead_s}
 
-    def statuses(self, hosts: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    def statuses(self, hosts: dict[str, Any] | None = None,
+                 timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+        """Job → its host's ``status()`` now, with ``answering: True``. A listed host that does not answer
+        within ``timeout_s`` (ending its members, restarting, a loaded machine) keeps its job in the
+        listing: its last answer, with ``answering: False`` (a host never answered yet is left out until it
+        does). A host no longer listed (removed) is no job any more."""
         hosts = self.hosts() if hosts is None else hosts
-        return _gather({name: h.status.remote() for name, h in hosts.items()})
+        answers = _gather({name: h.status.remote() for name, h in hosts.items()}, timeout_s)
+        for name in list(self._answered):
+            if name not in hosts:
+                del self._answered[name]
+        out = {}
+        for name in hosts:
+            if name in answers:
+                out[name] = self._answered[name] = {**answers[name], "answering": True}
+            elif name in self._answered:
+                out[name] = {**self._answered[name], "answering": False}
+        return out
 
     def adopt(self) -> int:
         return sum(1 for st in self.statuses().values() if st["state"] not in TERMINAL)
@@ -525,7 +541,7 @@ class RayBackend:
 
 
 def _gather(refs: dict[str, Any], timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
-    """The hosts' answers, awaited together; a host that died (or does not answer) is no job any more."""
+    """The hosts' answers, awaited together; one that died or did not answer in ``timeout_s`` is left out."""
     if refs:
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     out = {}

@@ -179,8 +179,7 @@ class JobHostImpl:
 
     def _end(self, state: str, reason: str) -> None:
         self.state, self.reason, self.finished_at = state, reason, time.time()
-        with self._spawn_lock:
-            self.spawner.close(grace_s=0.0 if state != "finished" else 15.0)
+        close_members(self.spawner, self._spawn_lock, grace_s=0.0 if state != "finished" else 15.0)
 
     # ---- reading ------------------------------------------------------------
 
@@ -336,8 +335,7 @@ class JobHostImpl:
         self.state = "finished" if code == 0 else "failed"
         self.reason = "" if code == 0 else f"coordinator exited with {code}"
         self.finished_at = time.time()
-        with self._spawn_lock:
-            self.spawner.close()
+        close_members(self.spawner, self._spawn_lock)
         self._save()
 
     # ---- the slot ----------------------------------------------------------
@@ -523,8 +521,19 @@ class _Locked:
             self.spawner.spawn(role, coordinator)
 
     def close(self) -> None:
-        with self.lock:
-            self.spawner.close()
+        close_members(self.spawner, self.lock)
+
+
+def close_members(spawner: RaySpawner, lock: threading.Lock, grace_s: float = 15.0) -> None:
+    """End every member of a job: wait up to ``grace_s`` for their runs to return (a finished worker may
+    still write its output) *without* the host's lock, which ``status()`` and the slot reads take (a
+    job's listing must not wait out its grace), then kill what is left under it."""
+    with lock:
+        refs = [r.run_ref for r in spawner.members.values()]
+    if refs and grace_s > 0:
+        ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+    with lock:
+        spawner.close(grace_s=0.0)
 
 
 JobHost = actor_class(JobHostImpl, num_cpus=0, max_restarts=-1, max_concurrency=8)
