@@ -525,13 +525,10 @@ class _Locked:
 
 
 def close_members(spawner: RaySpawner, lock: threading.Lock, grace_s: float = 15.0) -> None:
-    """End every member of a job: wait up to ``grace_s`` for their runs to return (a finished worker may
-    still write its output) *without* the host's lock, which ``status()`` and the slot reads take (a
-    job's listing must not wait out its grace), then kill what is left under it."""
-    with lock:
-        refs = [r.run_ref for r in spawner.members.values()]
-    if refs and grace_s > 0:
-        ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+    """End every member of a job: its grace (``spawner.await_runs``) *without* the host's lock, which
+    ``status()`` and the slot reads take (a job's listing must not wait it out), then kill what is left
+    under it."""
+    spawner.await_runs(grace_s)
     with lock:
         spawner.close(grace_s=0.0)
 

@@ -165,12 +165,17 @@ class RaySpawner:
             if rec is not None:
                 _kill(rec.handle)
 
-    def close(self, grace_s: float = 15.0) -> None:
-        """End every member: wait up to ``grace_s`` for their ``run`` to return (a finished worker may
-        still be writing its output), then kill what is left (as ``ProcessSpawner.close`` does)."""
-        refs = [r.run_ref for r in self.members.values()]
+    def await_runs(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for every member's ``run`` to return (a finished worker may still be
+        writing its output); changes nothing, so a caller may do it without its lock."""
+        refs = [r.run_ref for r in list(self.members.values())]
         if refs and grace_s > 0:
             ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+
+    def close(self, grace_s: float = 15.0) -> None:
+        """End every member: :meth:`await_runs` for ``grace_s``, then kill what is left (as
+        ``ProcessSpawner.close`` does)."""
+        self.await_runs(grace_s)
         self.stop(list(self.members))
 
 

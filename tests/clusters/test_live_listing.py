@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from dl2ray.config import load_config
+from dl2ray.jobspec import TaskDemand
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -66,22 +66,23 @@ def test_a_host_that_does_not_answer_keeps_its_job_in_the_listing(ray_session) -
 
 def test_ending_members_leaves_the_hosts_lock_free_during_the_grace(ray_session) -> None:
     from clusters.ray.job import close_members
+    from clusters.ray.spawner import MemberRecord, RaySpawner
 
     ray = ray_session
     member = _gate_class(ray).remote()
     ray.get(member.close_gate.remote())
-    closed: list[float] = []
-    spawner = SimpleNamespace(members={"m0": SimpleNamespace(run_ref=member.wait.remote())},
-                              close=lambda grace_s: closed.append(grace_s))
+    none = TaskDemand(cpu=0, gpu=0, mem=0)
+    spawner = RaySpawner("gate", [], none, none, pool=None)
+    spawner.members["m0"] = MemberRecord("m0", "worker", member, member.wait.remote(), None, None,
+                                         time.time())
     lock = threading.Lock()
     ending = threading.Thread(target=close_members, args=(spawner, lock, 600.0))
     ending.start()
     try:
         assert lock.acquire(timeout=60)  # taken while close_members waits for the member's run
         lock.release()
-        assert ending.is_alive() and closed == []  # still in its grace: nothing killed yet
+        assert ending.is_alive() and list(spawner.members) == ["m0"]  # still in its grace: nothing killed yet
     finally:
         ray.get(member.open_gate.remote())  # the member's run returns: the grace ends
         ending.join(timeout=60)
-    assert not ending.is_alive() and closed == [0.0]  # what is left is killed, under the lock
-    ray.kill(member)
+    assert not ending.is_alive() and spawner.members == {}  # what is left is killed, under the lock
