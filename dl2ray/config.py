@@ -228,6 +228,10 @@ class ShapeConfig(_Frozen):
                                      description="PS counts of the menu")
     embed: tuple[int, ...] = Field(default=(64, 64), min_length=1, description="per-job embedding widths")
     head: int = Field(default=64, ge=1, description="hidden width of the per-job head")
+    placement: Literal["interleaved", "per-job"] = Field(
+        default="interleaved", description="where the decided tasks go: interleaved (every job's first "
+        "worker and PS, then one task per job per round, as the planner places) or per-job (one job's whole "
+        "shape after another's; the decoder before issue 22) (dl2ray.policy.shape)")
     work_conserving: bool = Field(
         default=True, description="wait only when no other menu row of the job fits (never idle capacity "
         "a waiting job could use); False: wait is always allowed")

@@ -23,7 +23,7 @@ never moves ``pi``). The shape checkpoint has no value network: a run from ``ini
 starts ``vf`` fresh, and the export holds ``pi`` only.
 
 ``model_config`` (a plain dict, :func:`shape_module_config`): the encoding
-(``num_types``, ``menu``, ``slots_run_scale``, ``work_conserving``,
+(``num_types``, ``menu``, ``slots_run_scale``, ``work_conserving``, ``interleaved``,
 ``profile_features`` and ``cost``, the operator's profile grid as nested lists
 or ``None``: ``pi.enc`` computes features, so ``pi`` validates and runs as
 ``dl2:PATH`` does), ``embed`` and ``head`` (the policy's widths), ``max_jobs``
@@ -65,7 +65,8 @@ def shape_module_config(enc: ShapeEncoding, embed: Sequence[int], head: int, max
         raise ValueError(f"max_jobs: {max_jobs}: must be at least 1")
     return {"num_types": enc.num_types, "menu": [list(s) for s in enc.menu],
             "slots_run_scale": enc.slots_run_scale, "work_conserving": enc.work_conserving,
-            "profile_features": enc.profile, "cost": None if enc.cost is None else enc.cost.tolist(),
+            "profile_features": enc.profile, "interleaved": enc.interleaved,
+            "cost": None if enc.cost is None else enc.cost.tolist(),
             "embed": list(embed), "head": int(head),
             "max_jobs": int(max_jobs), "seed": int(seed), "init": None if init is None else str(init)}
 
@@ -102,7 +103,7 @@ class ShapeTorchRLModule(TorchRLModule, ValueFunctionAPI):
             cost.setflags(write=False)
         enc = ShapeEncoding(int(mc["num_types"]), tuple((int(w), int(p)) for w, p in mc["menu"]),
                             float(mc["slots_run_scale"]), bool(mc["work_conserving"]),
-                            bool(mc["profile_features"]), cost)
+                            bool(mc["profile_features"]), cost, bool(mc.get("interleaved", False)))
         jobs, seed = int(mc["max_jobs"]), int(mc["seed"])
         if jobs < 1:
             raise ValueError(f"max_jobs: {jobs}: must be at least 1")

@@ -25,6 +25,7 @@ from the config's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,7 @@ def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequ
         "meta": {"catalogue": list(catalogue), "menu": [list(s) for s in enc.menu],
                  "slots_run_scale": enc.slots_run_scale, "work_conserving": enc.work_conserving,
                  "profile_features": enc.profile,
+                 "placement": "interleaved" if enc.interleaved else "per-job",
                  "embed": list(net.embed_widths),
                  "head": net.head_width},
         "policy": net.state_dict(),
@@ -146,6 +148,13 @@ def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequ
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     torch.save(doc, path)
+
+
+def _placement(name: object) -> str:
+    """A checkpoint's ``meta.placement`` (ValueError for anything but the two the decoder knows)."""
+    if name not in ("interleaved", "per-job"):
+        raise ValueError(f"placement: {name!r}: must be 'interleaved' or 'per-job'")
+    return str(name)
 
 
 def checkpoint_arch(path: str | Path) -> str:
@@ -162,7 +171,8 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None)
         m = doc["meta"]
         enc = ShapeEncoding(len(m["catalogue"]), tuple((int(w), int(p)) for w, p in m["menu"]),
                             float(m["slots_run_scale"]), bool(m.get("work_conserving", False)),
-                            bool(m.get("profile_features", False)))
+                            bool(m.get("profile_features", False)),
+                            interleaved=_placement(m.get("placement", "per-job")) == "interleaved")
         embed, head = tuple(int(h) for h in m["embed"]), int(m["head"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a dl2ray shape checkpoint (meta: {exc!r})") from None
@@ -176,8 +186,9 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None)
         if enc.profile != expect.profile:
             raise CheckpointError(f"{path}: checkpoint {'has' if enc.profile else 'lacks'} profile features, "
                                   f"the config's policy.shape.profile_features is {expect.profile}")
-        if enc.profile:
-            enc = expect  # its features are computed with the config's operator profile
+        if enc.profile:  # features from the config's operator profile; decoding as the checkpoint says
+            enc = dataclasses.replace(expect, work_conserving=enc.work_conserving,
+                                      interleaved=enc.interleaved)
     net = ShapePolicyNet(enc, embed, head)
     net.load_state_dict(doc["policy"])
     return ShapeCheckpoint(net, dict(doc.get("extra", {})))

@@ -105,7 +105,11 @@ def test_numpy_equals_torch_and_the_checkpoint_round_trips(tmp_path):
     path = tmp_path / "p.pt"
     save_shape_checkpoint(path, net, CAT.names)
     back = load_shape_checkpoint(path, expect=ENC).policy
-    assert back.enc is ENC  # features come from the config's profile
+    assert back.enc == ENC and back.enc.cost is ENC.cost  # features come from the config's profile
+    per_job = build_shape_policy(replace(ENC, interleaved=not ENC.interleaved), (16,), 8, seed=4)
+    save_shape_checkpoint(tmp_path / "q.pt", per_job, CAT.names)
+    saved = load_shape_checkpoint(tmp_path / "q.pt", expect=ENC).policy.enc
+    assert saved.interleaved != ENC.interleaved and saved.cost is ENC.cost  # it decodes as it was saved
     np.testing.assert_allclose(NumpyShapePolicy(back).logits(x, g), t.numpy(), rtol=1e-5, atol=1e-5)
     plain = ShapeEncoding(ENC.num_types, ENC.menu, ENC.slots_run_scale, ENC.work_conserving)
     with pytest.raises(CheckpointError, match="profile features"):
