@@ -83,8 +83,8 @@ job per round (a job's next task is the role furthest behind its count, as a
 fraction), a task that finds no node truncating its role. With the same
 counts the layouts differ, and the simulator's placement model and
 co-location interference reward the interleaved one: the planner's own
-decisions sent through the menu and this decoder run 1.065 ± 0.009 of the
-planner per-job and 1.011 ± 0.011 interleaved (five validation traces,
+decisions sent through the menu and this decoder run 1.065 ± 0.013 of the
+planner per-job and 1.011 ± 0.015 interleaved (five validation traces,
 docs/RESULTS.md, "The decoder's placement").
 
 The chosen menu row (not the truncated counts) is the action; masks and
