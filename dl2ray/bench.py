@@ -202,6 +202,7 @@ def _shape_decider(cfg, policy: Path | None, seed: int):
     s = cfg.policy.shape
     net = build_shape_policy(enc, s.embed, s.head, seed) if policy is None else load_shape_policy(policy, cfg)
     numpy_policy = NumpyShapePolicy(net)
+    enc = net.enc  # a checkpoint decodes as it says (its placement), as dl2:PATH does
 
     def decide(view, rng):
         x, g = job_features(view, enc)

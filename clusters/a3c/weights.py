@@ -48,7 +48,7 @@ def networks(cfg: ExperimentConfig, init: str | None, seed: int) -> tuple[nn.Mod
         if init is None:
             s = cfg.policy.shape
             return build_shape_policy(senc, s.embed, s.head, seed), None
-        return load_shape_checkpoint(init, expect=senc).policy, None
+        return load_shape_checkpoint(init, expect=senc, decoding="config").policy, None
     enc = Encoding.from_config(cfg)
     if init is None:
         return build_networks(enc, cfg.policy.hidden, seed)

@@ -109,7 +109,7 @@ class ShapeTorchRLModule(TorchRLModule, ValueFunctionAPI):
             raise ValueError(f"max_jobs: {jobs}: must be at least 1")
         if mc.get("init"):
             try:
-                self.pi = load_shape_checkpoint(mc["init"], expect=enc).policy
+                self.pi = load_shape_checkpoint(mc["init"], expect=enc, decoding="config").policy
             except CheckpointError as exc:
                 raise CheckpointError(f"init: {exc}") from None
         else:

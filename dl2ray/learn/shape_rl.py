@@ -83,7 +83,7 @@ class ShapeTrainer:
         if init is None:
             self.policy = build_shape_policy(self.enc, s.embed, s.head, seed)
         else:
-            self.policy = load_shape_checkpoint(init, expect=self.enc).policy
+            self.policy = load_shape_checkpoint(init, expect=self.enc, decoding="config").policy
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
         self.sample_rng = np.random.default_rng([seed, 1])
         self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)

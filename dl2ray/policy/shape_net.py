@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -162,8 +163,13 @@ def checkpoint_arch(path: str | Path) -> str:
     return str(read_checkpoint_doc(path).get("arch", "paper"))
 
 
-def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None) -> ShapeCheckpoint:
-    """Rebuild the network; refuse a checkpoint whose menu or catalogue differs from ``expect``."""
+def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None,
+                          decoding: Literal["checkpoint", "config"] = "checkpoint") -> ShapeCheckpoint:
+    """Rebuild the network; refuse a checkpoint whose menu or catalogue differs from ``expect``.
+
+    ``decoding``: whose placement and work conservation the network's encoding keeps — the
+    checkpoint's (a deployed policy decodes as it was trained and tested) or ``expect``'s (a training
+    run from an init decodes as its config says, and saves that)."""
     doc = read_checkpoint_doc(path)
     if doc.get("arch") != ARCH:
         raise CheckpointError(f"{path}: a {doc.get('arch', 'paper')!r} checkpoint, not a shape policy")
@@ -186,7 +192,10 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None)
         if enc.profile != expect.profile:
             raise CheckpointError(f"{path}: checkpoint {'has' if enc.profile else 'lacks'} profile features, "
                                   f"the config's policy.shape.profile_features is {expect.profile}")
-        if enc.profile:  # features from the config's operator profile; decoding as the checkpoint says
+        if decoding == "config":
+            enc = dataclasses.replace(enc, work_conserving=expect.work_conserving,
+                                      interleaved=expect.interleaved)
+        if enc.profile:  # features from the config's operator profile
             enc = dataclasses.replace(expect, work_conserving=enc.work_conserving,
                                       interleaved=enc.interleaved)
     net = ShapePolicyNet(enc, embed, head)

@@ -110,6 +110,9 @@ def test_checkpoints_carry_the_placement_and_old_ones_decode_per_job(tmp_path):
     del doc["meta"]["placement"]  # a checkpoint from before the option
     torch.save(doc, path)
     assert not load_shape_checkpoint(path).policy.enc.interleaved
+    # a training run from it decodes (and will save) as its config says
+    assert load_shape_checkpoint(path, expect=INTERLEAVED, decoding="config").policy.enc.interleaved
+    assert not load_shape_checkpoint(path, expect=INTERLEAVED).policy.enc.interleaved
     doc["meta"]["placement"] = "packed"
     torch.save(doc, path)
     with pytest.raises(CheckpointError, match="placement: 'packed'"):
