@@ -192,12 +192,10 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None,
         if enc.profile != expect.profile:
             raise CheckpointError(f"{path}: checkpoint {'has' if enc.profile else 'lacks'} profile features, "
                                   f"the config's policy.shape.profile_features is {expect.profile}")
-        if decoding == "config":
-            enc = dataclasses.replace(enc, work_conserving=expect.work_conserving,
-                                      interleaved=expect.interleaved)
-        if enc.profile:  # features from the config's operator profile
-            enc = dataclasses.replace(expect, work_conserving=enc.work_conserving,
-                                      interleaved=enc.interleaved)
+        decode = expect if decoding == "config" else enc
+        base = expect if enc.profile else enc  # profile features: computed with the config's profile
+        enc = dataclasses.replace(base, work_conserving=decode.work_conserving,
+                                  interleaved=decode.interleaved)
     net = ShapePolicyNet(enc, embed, head)
     net.load_state_dict(doc["policy"])
     return ShapeCheckpoint(net, dict(doc.get("extra", {})))

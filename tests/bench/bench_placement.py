@@ -24,12 +24,11 @@ import json
 from collections.abc import Callable
 
 import numpy as np
-from scipy import stats
 
 from dl2ray.config import load_config
 from dl2ray.experiments import build_simulator
 from dl2ray.learn.shape_sl import teacher_sample
-from dl2ray.metrics import censored_avg_jct
+from dl2ray.metrics import censored_avg_jct, mean_ci95
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode
@@ -61,9 +60,8 @@ class PlannerThroughMenu:
 
 def _ratio(values: np.ndarray) -> dict[str, float]:
     """Mean and 95 % Student-t half-width of paired per-trace ratios."""
-    half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))) \
-        if len(values) > 1 else float("nan")
-    return {"mean": round(float(values.mean()), 4), "ci95": round(half, 4)}
+    mean, half = mean_ci95(values.tolist())
+    return {"mean": round(mean, 4), "ci95": round(half, 4)}
 
 
 def main() -> None:
