@@ -44,6 +44,10 @@ def train_sl(
     dagger: Annotated[int, typer.Option(
         min=0, help="shape: DAgger rounds after the first fit: the student runs the training traces, the "
         "teacher labels its slots, training goes on (epochs/2 each) on everything")] = 0,
+    init: Annotated[Path | None, typer.Option(
+        help="shape: start from this checkpoint instead of a fresh network; with --dagger the first fit is "
+        "skipped (the init is the first round's student)")] = None,
+    lr: Annotated[float | None, typer.Option(help="Adam learning rate (default: policy.sl_lr)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Supervised warm-start: imitate a heuristic's decisions with the policy of either architecture."""
@@ -71,9 +75,20 @@ def train_sl(
     run = SLRun(name, len(train_trace) if train_trace else traces or p.sl_traces,
                 len(val_trace) if val_trace else val_traces or p.sl_val_traces, epochs or p.sl_epochs,
                 seed, p.sl_max_slots, tuple(str(f) for f in train_trace or ()),
-                tuple(str(f) for f in val_trace or ()), arch, dagger)
+                tuple(str(f) for f in val_trace or ()), arch, dagger, str(init) if init else None, lr)
     if dagger and arch != "shape":
         raise UserError("--dagger: only the shape architecture (--arch shape) has DAgger rounds")
+    if lr is not None and not lr > 0:
+        raise UserError(f"--lr: {lr}: must be positive")
+    if init is not None:
+        if arch != "shape":
+            raise UserError("--init: only the shape architecture (--arch shape) continues from a checkpoint")
+        if not init.is_file():
+            raise UserError(f"--init: {init}: no such checkpoint")
+        from dl2ray.policy.shape import ShapeEncoding
+        from dl2ray.policy.shape_net import load_shape_checkpoint
+
+        load_shape_checkpoint(init, ShapeEncoding.from_config(cfg))  # refuses another menu, catalogue, arch
     torch.set_num_threads(threads)
     with Progress(
         "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),

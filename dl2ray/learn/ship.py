@@ -171,7 +171,7 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
         smoothing = sl["config"]["policy"].get("sl_label_smoothing", 0)
         lines += [
             f"| supervised warm-start | teacher `{sl.get('teacher')}`, {sl['run']['traces']} training "
-            f"traces, {sl['run']['epochs']} epochs, label smoothing {smoothing} |",
+            f"traces, {_sl_schedule(sl['run'])}, label smoothing {smoothing} |",
             f"| SL agreement with the teacher (validation) | {sl.get('val_accuracy', float('nan')):.3f} |",
             f"| SL avg JCT / teacher (validation) | {sl.get('jct', {}).get('ratio', float('nan')):.3f} |",
             f"| SL wall time | {_fmt_hours(sl.get('wall_seconds', 0.0))} |",
@@ -272,6 +272,15 @@ def _rl_rows(rl: dict, opts: dict, policy: dict, best: dict) -> list[str]:
     ]
 
 
+def _sl_schedule(run: dict) -> str:
+    """What an SL run trained: its first fit (or the checkpoint it went on from) and its DAgger rounds."""
+    epochs, dagger, init = run["epochs"], run.get("dagger", 0), run.get("init")
+    first = (f"from `{init}`" if dagger else f"{epochs} epochs from `{init}`") if init else f"{epochs} epochs"
+    rounds = f", then {dagger} DAgger round(s) of {max(1, epochs // 2)} epochs" if dagger else ""
+    lr = f" (lr {run['lr']:g})" if run.get("lr") else ""
+    return first + rounds + lr
+
+
 def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict | None,
               test_traces: int, trace_path: Path | None = None) -> list[str]:
     """The commands that rebuild this model from its run records (same seeds → same networks)."""
@@ -283,6 +292,8 @@ def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict |
         out = rl.get("init") if rl is not None else run
         arch = " --arch shape" if r.get("arch") == "shape" else ""
         arch += f" --dagger {r['dagger']}" if r.get("dagger") else ""
+        arch += f" --init {r['init']}" if r.get("init") else ""
+        arch += f" --lr {r['lr']:g}" if r.get("lr") else ""
         cmds.append(f"dl2ray train sl --config {config_path}{arch} --teacher {r['teacher']} "
                     f"--out {out} --traces {r['traces']} --val-traces {r['val_traces']} "
                     f"--epochs {r['epochs']} --seed {r['seed']}{files}")

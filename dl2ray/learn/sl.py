@@ -225,6 +225,8 @@ class SLRun:
     val_files: tuple[str, ...] = ()  # ... and instead of generated validation traces
     arch: str = "paper"  # the policy's architecture: paper (3J+1 steps) or shape (dl2ray.learn.shape_sl)
     dagger: int = 0  # shape: DAgger rounds after the first fit (teacher labels on the student's own slots)
+    init: str | None = None  # shape: start from this checkpoint; with dagger, the init replaces the first fit
+    lr: float | None = None  # Adam learning rate (None: policy.sl_lr)
 
 
 def run_sl(
@@ -290,7 +292,7 @@ def _fit_paper(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, 
     data = record(cfg, run.teacher, seeds[0], run.max_slots, on_trace, traces[0])
     val = record(cfg, run.teacher, seeds[1], run.max_slots, on_trace, traces[1])
     policy, value = build_networks(Encoding.from_config(cfg), p.hidden, run.seed)
-    history = train(policy, data, val, p.sl_lr, run.epochs, p.sl_batch_size, run.seed, on_epoch,
+    history = train(policy, data, val, run.lr or p.sl_lr, run.epochs, p.sl_batch_size, run.seed, on_epoch,
                     p.sl_label_smoothing, value)
     return _Fitted(policy, value, history, len(data), len(val), data.short,
                    lambda out, extra: save_checkpoint(out, policy, value, cfg.catalogue.names, extra=extra))
@@ -301,18 +303,23 @@ def _fit_shape(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, 
     """The shape architecture: per-job menu rows (:mod:`dl2ray.learn.shape_sl`), no value network."""
     from dl2ray.learn import shape_sl
     from dl2ray.policy.shape import ShapeEncoding
-    from dl2ray.policy.shape_net import build_shape_policy, save_shape_checkpoint
+    from dl2ray.policy.shape_net import build_shape_policy, load_shape_checkpoint, save_shape_checkpoint
 
     p = cfg.policy
+    lr = run.lr or p.sl_lr
     data = shape_sl.record(cfg, run.teacher, seeds[0], run.max_slots, on_trace, traces[0])
     val = shape_sl.record(cfg, run.teacher, seeds[1], run.max_slots, on_trace, traces[1])
-    policy = build_shape_policy(ShapeEncoding.from_config(cfg), p.shape.embed, p.shape.head, run.seed)
-    history = shape_sl.train(policy, data, val, p.sl_lr, run.epochs, p.sl_batch_size, run.seed,
-                             p.sl_label_smoothing, on_epoch)
+    enc = ShapeEncoding.from_config(cfg)
+    if run.init:  # a trained student goes on (decoding as the config says, which the checkpoint then records)
+        policy = load_shape_checkpoint(run.init, enc, decoding="config").policy
+    else:
+        policy = build_shape_policy(enc, p.shape.embed, p.shape.head, run.seed)
+    history = [] if run.init and run.dagger else shape_sl.train(
+        policy, data, val, lr, run.epochs, p.sl_batch_size, run.seed, p.sl_label_smoothing, on_epoch)
     for r in range(run.dagger):  # aggregate the student's slots, keep training the same network
         more = shape_sl.record_on_student(cfg, run.teacher, policy, seeds[0], run.max_slots, traces[0])
         data = [*data, *more]
-        history += shape_sl.train(policy, data, val, p.sl_lr, max(1, run.epochs // 2), p.sl_batch_size,
+        history += shape_sl.train(policy, data, val, lr, max(1, run.epochs // 2), p.sl_batch_size,
                                   run.seed + 1 + r, p.sl_label_smoothing, on_epoch)
     return _Fitted(policy, None, history, sum(len(x.actions) for x in data), sum(len(x.actions) for x in val),
                    0, lambda out, extra: save_shape_checkpoint(out, policy, cfg.catalogue.names, extra=extra))

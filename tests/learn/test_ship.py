@@ -102,3 +102,16 @@ def test_a_single_process_run_keeps_its_command() -> None:
     cmds = reproduce("m", "configs/testbed.yaml", "runs/rl.pt", rl, None, 10)
     assert "--algo counterfactual --updates 10" in cmds[0] and "--agents" not in cmds[0]
     assert "one process" in _rl_rows(rl, rl["options"], SHAPE, rl["best"])[0]
+
+
+def test_an_sl_run_from_a_student_is_reproduced_with_its_init_rounds_and_rate() -> None:
+    from dl2ray.learn.ship import _sl_schedule
+
+    run = {"teacher": "planner", "traces": 16, "val_traces": 1, "epochs": 10, "seed": 0, "arch": "shape",
+           "dagger": 1, "init": "runs/sl.pt", "lr": 0.001, "train_files": [], "val_files": []}
+    cmds = reproduce("m", "configs/testbed-philly.yaml", "runs/dagger.pt", None, {"run": run}, 3)
+    assert "--arch shape --dagger 1 --init runs/sl.pt --lr 0.001 --teacher planner" in cmds[0]
+    assert _sl_schedule(run) == "from `runs/sl.pt`, then 1 DAgger round(s) of 5 epochs (lr 0.001)"
+    fresh = {**run, "dagger": 0, "init": None, "lr": None}
+    assert _sl_schedule(fresh) == "10 epochs"
+    assert "--init" not in reproduce("m", "c.yaml", "runs/sl.pt", None, {"run": fresh}, 3)[0]
