@@ -133,19 +133,25 @@ def test_dagger_labels_the_students_own_slots_with_the_teacher():
     assert any(not np.array_equal(a.x, b.x) for a, b in zip(got, teacher_run, strict=False))
 
 
-def test_cli_dagger_runs_for_shape_and_is_refused_for_paper(capsys, tmp_path):
-    from support import run_cli
-
-    out = tmp_path / "d.pt"
-    cfg = tmp_path / "tiny.yaml"
+def _tiny_yaml(tmp_path):
+    """TINY as a config file the CLI can read (its relative paths made absolute)."""
     import yaml
 
+    cfg = tmp_path / "tiny.yaml"
     raw = TINY.model_dump(mode="json")
     raw.pop("base_dir")
     raw["jobtypes"] = str(TINY.resolve(TINY.jobtypes))
     raw["profile"] = str(TINY.profile_path)
     raw["speed"]["surfaces"] = str(TINY.surfaces_dir)
     cfg.write_text(yaml.safe_dump(raw))
+    return cfg
+
+
+def test_cli_dagger_runs_for_shape_and_is_refused_for_paper(capsys, tmp_path):
+    from support import run_cli
+
+    out = tmp_path / "d.pt"
+    cfg = _tiny_yaml(tmp_path)
     code, _, err = run_cli(capsys, "train", "sl", "--config", str(cfg), "--out", str(out), "--teacher", "drf",
                            "--traces", "2", "--val-traces", "1", "--epochs", "2", "--arch", "shape",
                            "--dagger", "1")
@@ -162,19 +168,12 @@ def test_cli_dagger_runs_for_shape_and_is_refused_for_paper(capsys, tmp_path):
 def test_cli_init_continues_a_student_and_dagger_skips_the_first_fit(capsys, tmp_path):
     """``--init`` starts from a checkpoint (its weights, not a fresh network); with ``--dagger`` only the
     rounds train; ``--lr`` reaches Adam; a paper run, a missing file or a non-positive rate is refused."""
-    import yaml
     from support import run_cli
 
     from dl2ray.policy.shape import ShapeEncoding
     from dl2ray.policy.shape_net import load_shape_checkpoint
 
-    cfg = tmp_path / "tiny.yaml"
-    raw = TINY.model_dump(mode="json")
-    raw.pop("base_dir")
-    raw["jobtypes"] = str(TINY.resolve(TINY.jobtypes))
-    raw["profile"] = str(TINY.profile_path)
-    raw["speed"]["surfaces"] = str(TINY.surfaces_dir)
-    cfg.write_text(yaml.safe_dump(raw))
+    cfg = _tiny_yaml(tmp_path)
     common = ("train", "sl", "--config", str(cfg), "--teacher", "drf", "--traces", "2", "--val-traces", "1",
               "--arch", "shape")
     first, second = tmp_path / "first.pt", tmp_path / "second.pt"
