@@ -16,7 +16,9 @@ now (no head-of-line blocking). A task goes to the fitting node with the best sc
   least loaded first — so a job sits on as few, as empty nodes as fit it.
 
 All need a gang-mode config; ``lif-linear`` fits its coefficients when built
-(on logged random placements of training traces, never on the test traces).
+(on logged random, LB and Tetris placements of training traces, never on the test
+traces). Logging them runs the simulator's truth (its interference), so ``lif-linear``
+is a reference: it gets the whole config and its rows are marked so.
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ class WaitingJobsPlacer:
 class FifoPlacer(WaitingJobsPlacer):
     """FIFO job order, whole-job placement by ``score`` (see the module docstring)."""
 
+    reference = False  # True for lif-linear, whose fit reads the simulator's truth
+
     def __init__(self, name: str, score: Score) -> None:
         self.name, self.score = name, score
 
@@ -177,8 +181,14 @@ def factory(name: str):
             return PackPlacer()
         from dl2ray.harmony.linear import fitted_coefficients
 
-        return FifoPlacer(name, linear_score(fitted_coefficients(cfg)))
+        placer = FifoPlacer(name, linear_score(fitted_coefficients(cfg)))
+        placer.reference = True
+        return placer
 
+    # lif-linear fits its interference model on logs of random, LB and Tetris placements, which the
+    # simulator can only produce by running its truth (a real cluster's history would be the operator's
+    # logs; no file of them exists here): it is a reference, built with the whole config
+    build.reads_truth = name == "lif-linear"  # type: ignore[attr-defined]
     return build
 
 

@@ -42,10 +42,19 @@ def register(name: str, loader: Callable[[], Factory], reference: bool = False) 
         _REFERENCES.discard(name)
 
 
+def _reads_truth(key: str) -> bool:
+    """A registered reference, or a plugin factory that says it reads the truth (``reads_truth = True``:
+    an entry point cannot pass ``register``'s flag, so the factory carries it; loaded only when asked)."""
+    if key in _REFERENCES:
+        return True
+    loader = _REGISTRY.get(key)
+    return loader is not None and bool(getattr(loader(), "reads_truth", False))
+
+
 def is_reference(spec: str) -> bool:
     """Is the scheduler of ``spec`` (``name`` or ``name:arg``) a truth-reading reference?"""
     _load_builtin()
-    return spec.partition(":")[0].strip().lower() in _REFERENCES
+    return _reads_truth(spec.partition(":")[0].strip().lower())
 
 
 def scheduler_names() -> list[str]:
@@ -61,7 +70,7 @@ def make_scheduler(spec: str, cfg: object) -> Scheduler:
     loader = _REGISTRY.get(key)
     if loader is None:
         raise UserError(f"unknown scheduler {name!r}; known: {sorted(_REGISTRY)}")
-    if key not in _REFERENCES and cfg is not None:
+    if not _reads_truth(key) and cfg is not None:
         from dl2ray.config import ExperimentConfig
         from dl2ray.knowledge import operator_config
 

@@ -100,8 +100,29 @@ def test_the_operator_config_hides_every_truth_field(realistic):
 
 
 def test_references_are_registered_as_such():
-    assert all(is_reference(n) for n in ("oracle", "planner-truth", "planner-truth:optimus-fit"))
-    assert not any(is_reference(n) for n in ("planner", "optimus", "drf", "dl2:x.pt"))
+    references = ("oracle", "planner-truth", "planner-truth:optimus-fit", "lif-linear")
+    assert all(is_reference(n) for n in references)
+    deployable = ("planner", "optimus", "drf", "dl2:x.pt", "lb-place", "pack-place")
+    assert not any(is_reference(n) for n in deployable)
+
+
+def test_lif_linear_fits_on_the_whole_config_and_is_marked_a_reference(monkeypatch):
+    """Its fit runs the true simulator (logged placements): a plugin factory that reads the truth gets the
+    whole config, not the operator's (which refused to serialise it), and its rows are references."""
+    import dl2ray.harmony.linear as linear
+    from dl2ray.knowledge import is_operator_config
+
+    cfg = load_config(CONFIGS / "harmony.yaml")
+    seen = []
+
+    def fake_fit(c):
+        seen.append(c)
+        return np.zeros((len(c.catalogue), len(c.catalogue)))
+
+    monkeypatch.setattr(linear, "fitted_coefficients", fake_fit)
+    placer = make_scheduler("lif-linear", cfg)
+    assert len(seen) == 1 and not is_operator_config(seen[0]) and seen[0].gang.interference is not None
+    assert placer.reference is True and make_scheduler("lb-place", cfg).reference is False
 
 
 def test_no_deployable_scheduler_opens_a_truth_file(tmp_path):
