@@ -22,9 +22,9 @@ import numpy as np
 
 from dl2ray import seeds
 from dl2ray.config import load_config
+from dl2ray.errors import UserError
 from dl2ray.learn.twin import TwinExperience
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
-from dl2ray.policy.shape_net import NumpyShapePolicy, load_shape_checkpoint
+from dl2ray.schedulers.base import make_scheduler
 
 
 def main() -> None:
@@ -35,15 +35,17 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=2, help="training slots measured")
     ap.add_argument("--seed", type=int, default=0, help="tried jobs and rows")
     a = ap.parse_args()
-    cfg = load_config(a.config)
-    enc = ShapeEncoding.from_config(cfg)
-    policy = NumpyShapePolicy(load_shape_checkpoint(a.model, expect=enc, decoding="config").policy)
+    try:
+        cfg = load_config(a.config)
+        greedy = make_scheduler(f"dl2:{a.model}", cfg)  # the shape policy, greedy, as deployed
+    except UserError as exc:
+        ap.error(str(exc))
+    policy = greedy.policy
     collector = TwinExperience(cfg, seeds.training(1), np.random.default_rng(a.seed), "config").collector
     collector.sims, collector._views = collector.sims[:1], [None]  # one episode: the one stepped below
     sim, view = collector.sims[0], collector._next_view(0)
     for _ in range(a.skip):
-        x, g = job_features(view, enc)
-        res = sim.step(decide_shapes(view, enc, policy.logits(x, g)).allocation)
+        res = sim.step(greedy.decide(view))
         if res.done:
             raise SystemExit(f"--skip {a.skip}: the episode ended first")
         view = res.view
