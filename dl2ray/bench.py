@@ -84,7 +84,7 @@ def synthetic_view(cfg: ExperimentConfig, jobs: int, nodes: int, seed: int) -> C
             max_workers=jt.max_workers, max_ps=jt.max_ps, history=tuple(hist),
         ))
     return ClusterView(3, cfg.sim.slot_seconds, capacity, capacity, tuple(views), cat,
-                       cfg.cluster.placement)
+                       cfg.cluster.default_placement)
 
 
 @app.command("round")

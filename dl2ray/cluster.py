@@ -7,9 +7,10 @@ accepted is feasible by construction, so a scheduler that decides through a
 placer never produces an over-capacity allocation; :meth:`Placer.allocation`
 turns it into an :class:`~dl2ray.view.Allocation` with explicit placement.
 
-Policies (``ClusterConfig.placement``):
+Policies (:data:`PLACEMENTS`; each scheduler carries its own, ``ClusterConfig.placement`` may force one
+on all, see :mod:`dl2ray.schedulers.placed`):
 
-- ``load_balancing`` — least-used node first (the DL2 default). "Used" is the
+- ``load_balancing`` — least-used node first (the DL2 paper's cluster default). "Used" is the
   node's dominant usage over the resources the task asks for,
   ``max_{r: d_r > 0} used_r / capacity_r`` — so a PS (CPU only) is not kept
   off a node merely because its GPUs are busy, and does not eat the CPU of
@@ -21,6 +22,11 @@ Policies (``ClusterConfig.placement``):
   while a scheduler decides; :meth:`Placer.allocation` then lays every job
   out again by the principle (largest jobs first) and keeps the packed
   layout only if that re-layout does not fit.
+- ``tetris`` — Tetris's alignment (Grandl et al., SIGCOMM 2014, §3.2): the
+  node whose free resources align best with the task's demand,
+  ``max_n Σ_r (d_r / C_nr)(F_nr / C_nr)``; ties go to the lowest node index.
+  On identical nodes that is the node with the most free capacity in the
+  resources the task asks for, so it spreads much as ``load_balancing`` does.
 
 Speed: every policy keeps one lazy heap per distinct task demand of the
 catalogue, holding exactly the nodes that can host that demand, so a
@@ -42,6 +48,11 @@ _EPS = 1e-9
 Role = str  # "worker" or "ps"
 Key = tuple[float, float, float]
 
+PLACEMENTS = ("load_balancing", "packing", "optimus", "tetris")
+"""Every placement policy a :class:`Placer` implements."""
+LEAST_USED, FULLEST, ALIGNED = 1, -1, 2
+"""A placer's node order (``mode``): least-used first, fullest first, best Tetris alignment first."""
+
 
 def _key(demand: np.ndarray) -> Key:
     """A demand vector as a hashable (cpu, gpu, mem) tuple of floats."""
@@ -49,7 +60,7 @@ def _key(demand: np.ndarray) -> Key:
 
 
 def _initial_heap(
-    capacity: np.ndarray, free: np.ndarray, inv: np.ndarray, key: Key, sign: int
+    capacity: np.ndarray, free: np.ndarray, inv: np.ndarray, key: Key, mode: int
 ) -> list[tuple[float, int, int]]:
     """``(score, node, version 0)`` of every node that fits ``key``, heapified.
 
@@ -58,12 +69,19 @@ def _initial_heap(
     """
     d = np.array(key)
     fits = np.all(free + _EPS >= d, axis=1)
-    used = np.zeros(len(free))
-    for r in (0, 1, 2):
-        if key[r] > 0:
-            used = np.maximum(used, (capacity[:, r] - free[:, r]) * inv[:, r])
+    if mode == ALIGNED:
+        score = np.zeros(len(free))
+        for r in (0, 1, 2):
+            score = score + key[r] * free[:, r] * inv[:, r] * inv[:, r]
+        score = -score
+    else:
+        used = np.zeros(len(free))
+        for r in (0, 1, 2):
+            if key[r] > 0:
+                used = np.maximum(used, (capacity[:, r] - free[:, r]) * inv[:, r])
+        score = mode * used
     nodes = np.flatnonzero(fits)
-    heap = list(zip((sign * used[nodes]).tolist(), nodes.tolist(), [0] * len(nodes), strict=True))
+    heap = list(zip(score[nodes].tolist(), nodes.tolist(), [0] * len(nodes), strict=True))
     heapq.heapify(heap)
     return heap
 
@@ -71,7 +89,8 @@ def _initial_heap(
 class Placer:
     """Tentative task placement over a ``(N, 3)`` free-capacity snapshot.
 
-    ``sign`` = +1 picks the least-used fitting node, -1 the fullest one.
+    ``mode``: :data:`LEAST_USED` (+1) picks the least-used fitting node, :data:`FULLEST` (-1) the
+    fullest one, :data:`ALIGNED` (2) the one with the best Tetris alignment.
     """
 
     def __init__(
@@ -79,7 +98,7 @@ class Placer:
         capacity: np.ndarray,
         free: np.ndarray,
         demands: Iterable[np.ndarray] = (),
-        sign: int = 1,
+        mode: int = LEAST_USED,
     ) -> None:
         capacity = np.asarray(capacity, dtype=np.float64)
         free = np.asarray(free, dtype=np.float64)
@@ -87,7 +106,7 @@ class Placer:
         self._cap: list[list[float]] = capacity.tolist()
         self._free: list[list[float]] = free.tolist()
         self._inv: list[list[float]] = inv.tolist()
-        self._sign = sign
+        self._mode = mode
         self._version = [0] * len(self._cap)
         self._workers: dict[int, list[int]] = {}
         self._ps: dict[int, list[int]] = {}
@@ -96,7 +115,7 @@ class Placer:
         for d in demands:
             key = _key(d)
             if key not in self._heaps:
-                self._heaps[key] = _initial_heap(capacity, free, inv, key, sign)
+                self._heaps[key] = _initial_heap(capacity, free, inv, key, mode)
 
     # -- public API -----------------------------------------------------------------
 
@@ -182,13 +201,19 @@ class Placer:
     # -- internals ------------------------------------------------------------------
 
     def _score(self, node: int, key: Key) -> float:
-        """``sign ×`` the node's dominant usage over the resources ``key`` asks for."""
+        """Smaller is preferred: ``mode ×`` the node's dominant usage over the resources ``key`` asks for,
+        or (:data:`ALIGNED`) minus the alignment ``Σ_r key_r · free_r / capacity_r²``."""
         cap, free, inv = self._cap[node], self._free[node], self._inv[node]
+        if self._mode == ALIGNED:
+            a = 0.0
+            for r in (0, 1, 2):
+                a += key[r] * free[r] * inv[r] * inv[r]
+            return -a
         used = 0.0
         for r in (0, 1, 2):
             if key[r] > 0:
                 used = max(used, (cap[r] - free[r]) * inv[r])
-        return self._sign * used
+        return self._mode * used
 
     def _fits(self, node: int, key: tuple[float, float, float]) -> bool:
         f = self._free[node]
@@ -238,7 +263,7 @@ class OptimusPlacer(Placer):
     """Packs while deciding; lays each job out by the Optimus principle at the end."""
 
     def __init__(self, capacity: np.ndarray, free: np.ndarray, demands: list[np.ndarray]) -> None:
-        super().__init__(capacity, free, demands, sign=-1)
+        super().__init__(capacity, free, demands, mode=FULLEST)
         self._initial_free = free.copy()
         self._job_demands: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
 
@@ -317,19 +342,19 @@ def make_placer(
 ) -> Placer:
     """A placer for ``policy`` that knows the catalogue's distinct task demands."""
     demands = [*catalogue.worker_demand, *catalogue.ps_demand]
-    sign = placement_sign(policy)
+    mode = placement_mode(policy)
     if policy == "optimus":
         return OptimusPlacer(capacity, free, demands)
-    return Placer(capacity, free, demands, sign=sign)
+    return Placer(capacity, free, demands, mode=mode)
 
 
-def placement_sign(policy: str) -> int:
-    """The ``sign`` of ``policy``'s placer while tasks are placed: +1 least-used node first, -1 fullest."""
-    if policy == "load_balancing":
-        return 1
-    if policy in ("packing", "optimus"):
-        return -1
-    raise ValueError(f"unknown placement policy {policy!r}")
+def placement_mode(policy: str) -> int:
+    """The node order of ``policy``'s placer while tasks are placed (:data:`LEAST_USED`, :data:`FULLEST`
+    or :data:`ALIGNED`); ValueError naming the known policies for any other name."""
+    modes = {"load_balancing": LEAST_USED, "packing": FULLEST, "optimus": FULLEST, "tetris": ALIGNED}
+    if policy not in modes:
+        raise ValueError(f"unknown placement policy {policy!r}; known: {', '.join(PLACEMENTS)}")
+    return modes[policy]
 
 
 def final_layout(

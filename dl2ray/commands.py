@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from dl2ray.cli_options import ConfigOpt, JsonOpt, TraceOpt
+from dl2ray.cli_options import ConfigOpt, JsonOpt, PlacementOpt, TraceOpt
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
 
@@ -29,8 +29,16 @@ if TYPE_CHECKING:
 _err = Console(stderr=True)
 
 
-def _config(path: Path | None) -> ExperimentConfig:
-    return load_config(path)
+def _config(path: Path | None, placement: str | None = None) -> ExperimentConfig:
+    """The config at ``path``; ``placement`` (``--placement``) replaces its ``cluster.placement``."""
+    cfg = load_config(path)
+    if placement is None:
+        return cfg
+    from dl2ray.cluster import PLACEMENTS
+
+    if placement != "own" and placement not in PLACEMENTS:
+        raise UserError(f"--placement: unknown placement {placement!r}; known: own, {', '.join(PLACEMENTS)}")
+    return cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"placement": placement})})
 
 
 def _trace(path: Path | None, cfg: ExperimentConfig):
@@ -56,12 +64,13 @@ def simulate(
     seed: Annotated[int, typer.Option(help="trace/noise seed")] = 0,
     json_out: JsonOpt = False,
     events: Annotated[Path | None, typer.Option(help="write the per-slot event log (Parquet)")] = None,
+    placement: PlacementOpt = None,
 ) -> None:
     """Run one scheduler on one trace and print its metrics."""
     from dl2ray.experiments import RunSpec, run_one
     from dl2ray.sim import write_events
 
-    cfg = _config(config)
+    cfg = _config(config, placement)
     _check_surfaces(cfg)
     outcome = run_one(cfg, RunSpec(scheduler, seed), _trace(trace, cfg), keep_result=events is not None)
     if events is not None and outcome.result is not None:
@@ -71,9 +80,10 @@ def simulate(
     for line in _unfinished(outcome.metrics, cfg, scheduler):
         typer.echo(line, err=True)
     if json_out:
-        print(dumps({"config": cfg.name, "scheduler": scheduler, "seed": seed, **outcome.metrics}))
+        print(dumps({"config": cfg.name, "scheduler": scheduler, "placement": outcome.placement, "seed": seed,
+                     **outcome.metrics}))
         return
-    table = Table(title=f"{scheduler} on {cfg.name} (seed {seed})")
+    table = Table(title=f"{scheduler} on {cfg.name} (seed {seed}, {outcome.placement} placement)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in outcome.metrics.items():
@@ -95,7 +105,8 @@ def compare(
     processes: Annotated[int | None, typer.Option(help="worker processes (default: cores)")] = None,
     references: Annotated[bool, typer.Option(
         "--references/--no-references",
-        help="add the not-deployable references: the oracle scheduler and the per-trace lower bound",
+        help="add the not-deployable references: optimus-truth (Optimus on the true surfaces) and the "
+        "per-trace lower bound",
     )] = True,
     requested_bundles: Annotated[int | None, typer.Option(
         help="override workload.requested_bundles: the size (bundles, >= 1) of jobs whose trace names none",
@@ -105,11 +116,12 @@ def compare(
     paired: Annotated[str | None, typer.Option(
         help="comma-separated baselines: every row gets the per-trace ratio of its average JCT to each "
         "(same traces), mean ± 95% CI (JSON: results[].paired); default: drf when it runs")] = None,
+    placement: PlacementOpt = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
     from dl2ray import experiments, report
 
-    cfg = _config(config)
+    cfg = _config(config, placement)
     if requested_bundles is not None:
         if requested_bundles < 1:
             raise UserError(f"--requested-bundles: {requested_bundles} must be >= 1")
@@ -120,9 +132,9 @@ def compare(
     if not names:
         raise UserError("--schedulers: give at least one scheduler")
     if cfg.gang is not None:
-        references = False  # the oracle and the lower bound model the DL2 simulator, not gang mode
-    if references and "oracle" not in names:
-        names.append("oracle")
+        references = False  # optimus-truth and the lower bound model the DL2 simulator, not gang mode
+    if references and not {"optimus-truth", "oracle"} & set(names):
+        names.append("optimus-truth")
     baselines = _paired_baselines(paired, names)
     fixed = _trace(trace, cfg)
     seeds = list(range(seed, seed + traces))
@@ -137,7 +149,8 @@ def compare(
         )
     rows = comp.summary()
     doc = {"config": cfg.name, "traces": len(seeds), "seeds": seeds, "max_slots": cfg.sim.max_slots,
-           "requested_bundles": cfg.workload.requested_bundles, "results": rows}
+           "requested_bundles": cfg.workload.requested_bundles, "placement": cfg.cluster.placement,
+           "results": rows}
     for line in report.unfinished_warnings(comp, cfg.sim.max_slots):
         typer.echo(line, err=True)
     if out is not None:
@@ -257,7 +270,7 @@ def demo(
         raise UserError(f"--model: {model}: no such checkpoint (the repository ships models/dl2-testbed.pt)")
     compare(config=None, schedulers=f"fifo,srtf,drf,tetris,optimus,planner,dl2:{model}", traces=traces,
             seed=TEST[0], trace=None, json_out=False, plot=None, out=out, processes=None,
-            paired="drf,planner")
+            paired="drf,planner", placement="own")
 
 
 PLUGIN_GROUP = "dl2ray.plugins"

@@ -37,14 +37,27 @@ class NodeGroup(_Frozen):
     mem: float = Field(default=48, gt=0, description="memory per node, GB")
 
 
-PlacementName = Literal["load_balancing", "packing", "optimus"]
+PlacementName = Literal["load_balancing", "packing", "optimus", "tetris"]
+PlacementChoice = Literal["own", "load_balancing", "packing", "optimus", "tetris"]
 
 
 class ClusterConfig(_Frozen):
-    """Nodes (heterogeneous lists allowed) and the placement policy."""
+    """Nodes (heterogeneous lists allowed) and the placement policy.
+
+    ``placement``: ``own`` (the default) lets every scheduler place its tasks as its paper defines
+    (:mod:`dl2ray.schedulers.placed`); a policy name forces that placer on every scheduler (how every
+    table before issue 36 was measured: ``load_balancing``).
+    """
 
     nodes: tuple[NodeGroup, ...] = Field(default=(NodeGroup(count=13),), min_length=1)
-    placement: PlacementName = "load_balancing"
+    placement: PlacementChoice = "own"
+
+    @property
+    def default_placement(self) -> PlacementName:
+        """The placer of whatever no scheduler places (a counts-only allocation, a live backend's new
+        member without a wish): the forced policy, or with ``own`` the DL2 paper's cluster default,
+        load balancing."""
+        return "load_balancing" if self.placement == "own" else self.placement
 
     @cached_property
     def capacity(self) -> np.ndarray:
@@ -132,6 +145,18 @@ class SpeedConfig(_Frozen):
         "analytic: the analytic PS model alone",
     )
     placement_aware: bool = True
+    placement_model: Literal["analytic", "calibrated"] = Field(
+        default="calibrated",
+        description="communication time per layout behind the placement factor "
+        "(dl2ray.speed.PlacementModel): calibrated: fitted to the co-location benchmark "
+        "(full-duplex links; docs/simulator.md); "
+        "analytic: the published half-duplex model, under which results recorded before it reproduce",
+    )
+    placement_calibration: str | None = Field(
+        default=None,
+        description="the calibrated model's parameters (JSON, relative to the config file); "
+        "None: the shipped configs/speed/placement.json",
+    )
     variation: float = Field(default=0.0, ge=0, lt=1, description="per-slot speed noise ±v")
     job_deviation: float = Field(
         default=0.0, ge=0, lt=1, description="per-job departure from the type's speed, for the job's life: "
@@ -256,6 +281,18 @@ class ShapeConfig(_Frozen):
         default=False, description="describe jobs by the operator's profile instead of a job-type one-hot: "
         "per job its estimated slots to finish and its observed speed over the profile's, per menu row its "
         "profiled speed-up and time to finish (dl2ray.policy.shape); the policy runs on unseen job types")
+    layouts: tuple[Literal["load_balancing", "packing", "tetris"], ...] = Field(
+        default=(), description="placement as the policy's decision: every (w, p) of the menu comes once per "
+        "placer named here and a job's tasks go where its row's placer puts them (e.g. [load_balancing, "
+        "packing]: spread or packed, per job); empty: every job's tasks go by the view's placer "
+        "(dl2ray.policy.shape, 'Layouts')")
+
+    @field_validator("layouts")
+    @classmethod
+    def _distinct(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("must name each placer at most once")
+        return v
 
     @field_validator("menu_workers", "menu_ps")
     @classmethod

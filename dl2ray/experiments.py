@@ -28,13 +28,15 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.metrics import aggregate, mean_ci95, summarize_run
 from dl2ray.schedulers.base import is_reference, make_scheduler
 from dl2ray.sim import RunResult, Simulator, run_episode
-from dl2ray.speed import SpeedModel, load_surfaces
+from dl2ray.speed import SpeedModel, config_placement, load_surfaces
 from dl2ray.workload import Trace
 
 LOWER_BOUND = "lower-bound"
 """Row name of the per-trace lower bound (every job alone at its best configuration)."""
+LOWER_BOUND_PLACEMENT = "best"
+"""The lower bound's ``placement``: each job's best layout on the cluster's nodes."""
 
-_SPEED_MODELS: dict[tuple[str, str, str, bool], SpeedModel] = {}
+_SPEED_MODELS: dict[tuple, SpeedModel] = {}
 
 
 World = Literal["truth", "operator"]
@@ -48,22 +50,25 @@ def _speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
     (Keyed on paths and flags, not on the config object: configs hold numpy arrays,
     which make pydantic equality ambiguous.)
     """
+    calibration = cfg.resolve(cfg.speed.placement_calibration) if cfg.speed.placement_calibration else None
+    placement = config_placement(cfg)
+    place_key = (cfg.speed.placement_model, str(calibration.resolve()) if calibration else "shipped")
     if world == "operator":
         path = cfg.profile_path
         key = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
-               cfg.speed.placement_aware)
+               cfg.speed.placement_aware, *place_key)
         if key not in _SPEED_MODELS:
             from dl2ray.profile import config_profile
 
             _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, config_profile(cfg).surfaces(), "measured",
-                                            cfg.speed.placement_aware)
+                                            cfg.speed.placement_aware, placement)
         return _SPEED_MODELS[key]
     key = (str(cfg.resolve(cfg.jobtypes).resolve()), str(cfg.surfaces_dir.resolve()),
-           cfg.speed.model, cfg.speed.placement_aware)
+           cfg.speed.model, cfg.speed.placement_aware, *place_key)
     if key not in _SPEED_MODELS:
         surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
         _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, surfaces, cfg.speed.model,
-                                        cfg.speed.placement_aware)
+                                        cfg.speed.placement_aware, placement)
     return _SPEED_MODELS[key]
 
 
@@ -101,6 +106,8 @@ class RunOutcome:
     metrics: dict[str, float]
     jct: dict[int, float]
     result: RunResult | None = None
+    placement: str = ""
+    """The placement policy the scheduler decided under (:mod:`dl2ray.schedulers.placed`)."""
 
 
 def run_one(
@@ -111,7 +118,7 @@ def run_one(
     result = run_episode(sim, scheduler, spec.seed)
     return RunOutcome(
         spec.scheduler, spec.seed, summarize_run(result), result.jct,
-        result if keep_result else None,
+        result if keep_result else None, str(getattr(scheduler, "placement", "")),
     )
 
 
@@ -155,10 +162,11 @@ class Comparison:
         rows: list[dict] = []
         for name, runs in self.runs.items():
             row: dict = {"scheduler": name, "reference": name in self.references,
+                         "placement": runs[0].placement if runs else "",
                          **aggregate([r.metrics for r in runs])}
             rows.append(row)
         if self.lower_bound is not None:
-            rows.append({"scheduler": LOWER_BOUND, "reference": True,
+            rows.append({"scheduler": LOWER_BOUND, "reference": True, "placement": LOWER_BOUND_PLACEMENT,
                          **aggregate(self.lower_bound)})
         for row in rows:
             row["paired"] = {b: self.paired_ratio(str(row["scheduler"]), b)
@@ -234,7 +242,8 @@ def lower_bound_metrics(cfg: ExperimentConfig, seed: int, trace: Trace | None = 
 
     if trace is None:
         trace = generate_trace(cfg, seed)
-    bound = lower_bound_jcts(trace, _speed_model(cfg), cfg.cluster.capacity, cfg.sim.slot_seconds)
+    bound = lower_bound_jcts(trace, _speed_model(cfg), cfg.cluster.capacity, cfg.sim.slot_seconds, seed,
+                             cfg.speed.job_deviation, cfg.speed.variation)
     jct = np.array([bound[j.job_id] for j in trace])
     horizon = np.array([cfg.sim.max_slots - j.arrival_slot for j in trace], dtype=np.float64)
     late = int(np.sum(jct > horizon))

@@ -342,7 +342,7 @@ class GangSimulator(Simulator):
                 new.append(job_id)
         for job_id in new:
             view = self._job_view(self.jobs[job_id])
-            pl = gang_place(free, view, self.catalogue, self.cfg.cluster.placement)
+            pl = gang_place(free, view, self.catalogue, self.cfg.cluster.default_placement)
             if pl is None:
                 raise AllocationError(f"slot {self.slot}: job {job_id}: no room for its whole gang")
             out[job_id] = pl

@@ -59,13 +59,14 @@ def comparison_table(comp: Comparison) -> Table:
     table = Table(title=title, caption="\n".join(notes) or None)
     jct_col = "avg JCT, censored" if censored else "avg JCT (slots)"
     baselines = [b for b in comp.paired if b in comp.runs]
-    for col in ("scheduler", jct_col, "median", "p95", "makespan", "GPU util",
+    for col in ("scheduler", "placement", jct_col, "median", "p95", "makespan", "GPU util",
                 "queue delay", "done", *(f"/ {b} (paired)" for b in baselines)):
-        table.add_column(col, justify="right" if col != "scheduler" else "left")
+        table.add_column(col, justify="left" if col in ("scheduler", "placement") else "right")
     for row in rows:
         pairs = [row["paired"].get(b) or {} for b in baselines]
         table.add_row(
             row["scheduler"] + (REFERENCE_MARK if row["reference"] else ""),
+            str(row.get("placement", "")),
             f"{_num(row['censored_avg_jct'], '.2f')} ± {_num(row['censored_avg_jct_ci95'], '.2f')}",
             _num(row["median_jct"], ".2f"),
             _num(row["p95_jct"], ".2f"),
@@ -79,18 +80,19 @@ def comparison_table(comp: Comparison) -> Table:
 
 
 def markdown_table(rows: list[dict], baselines: list[str]) -> str:
-    """The comparison as a GitHub Markdown table (what docs/RESULTS.md shows): avg JCT (censored) ± 95% CI,
+    """The comparison as a GitHub Markdown table (what docs/RESULTS.md shows): the placement each row
+    decided under, avg JCT (censored) ± 95% CI,
     median, p95, queueing delay, GPU utilisation, jobs done, and the paired ratio to each baseline."""
-    head = ["scheduler", "avg JCT (slots)", "median", "p95", "queue delay", "GPU util", "done",
+    head = ["scheduler", "placement", "avg JCT (slots)", "median", "p95", "queue delay", "GPU util", "done",
             *(f"/ {b} (paired)" for b in baselines)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         name = str(row["scheduler"]) + (" †" if row.get("reference") else "")
         pairs = [row.get("paired", {}).get(b) or {} for b in baselines]
         jct = f"{_num(row['censored_avg_jct'], '.2f')} ± {_num(row['censored_avg_jct_ci95'], '.2f')}"
-        cells = [name, jct, _num(row["median_jct"], ".2f"), _num(row["p95_jct"], ".2f"),
-                 _num(row["queueing_delay"], ".2f"), _num(row["gpu_util"], ".2f"),
-                 f"{row['completed']:.0f}/{row['jobs']:.0f}",
+        cells = [name, str(row.get("placement", "")), jct, _num(row["median_jct"], ".2f"),
+                 _num(row["p95_jct"], ".2f"), _num(row["queueing_delay"], ".2f"),
+                 _num(row["gpu_util"], ".2f"), f"{row['completed']:.0f}/{row['jobs']:.0f}",
                  *(f"{_num(p.get('mean'), '.3f')} ± {_num(p.get('ci95'), '.3f')}" for p in pairs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

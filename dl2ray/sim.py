@@ -194,7 +194,7 @@ class Simulator:
             free=self.capacity,
             jobs=jobs,
             catalogue=self.catalogue,
-            placement=self.cfg.cluster.placement,
+            placement=self.cfg.cluster.default_placement,
         )
 
     def step(self, allocation: Allocation) -> StepResult:
@@ -322,7 +322,7 @@ class Simulator:
     def _place(self, allocation: Allocation) -> dict[int, JobPlacement]:
         """Place counts-only allocations with the configured policy, bundle by bundle."""
         placer = make_placer(
-            self.capacity, self.capacity, self.cfg.cluster.placement, self.catalogue
+            self.capacity, self.capacity, self.cfg.cluster.default_placement, self.catalogue
         )
         for job_id, t in allocation.tasks.items():
             ti = self.jobs[job_id].type_index
@@ -332,7 +332,7 @@ class Simulator:
                     if i < count and placer.place(job_id, role, demand) is None:
                         raise AllocationError(
                             f"slot {self.slot}: job {job_id}: no node can host its "
-                            f"{role} #{i + 1} ({self.cfg.cluster.placement} placement)"
+                            f"{role} #{i + 1} ({self.cfg.cluster.default_placement} placement)"
                         )
         placed = placer.allocation().placement or {}
         return {j: placed.get(j, JobPlacement((), ())) for j in allocation.tasks}

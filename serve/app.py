@@ -53,6 +53,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.schedulers.base import Scheduler, make_scheduler, scheduler_names
+from dl2ray.schedulers.placed import own_placement, with_placement
 from serve.convert import ViewError, from_allocation, to_view
 from serve.metrics import RequestTimer, ServeMetrics
 from serve.overload import Admission
@@ -132,6 +133,7 @@ class DecisionService:
         self.cfg = load_config(resolve(s.config))
         self.max_jobs = s.max_jobs or 10 * self.cfg.policy.window
         self.heuristics = servable_heuristics(self.cfg)
+        self._own_placements = {h: own_placement(make_scheduler(h, self.cfg, "own")) for h in self.heuristics}
         self.store = _store(self.cfg, s)
         self.admission = Admission(s.overload_bound_ms / 1e3, s.retry_after_s)
         self.metrics = ServeMetrics(self.admission.stats, self._policy_numbers)
@@ -146,7 +148,8 @@ class DecisionService:
 
     def decide_now(self, request: DecideRequest) -> DecideResponse:
         """One slot's allocation for the request's view (see :class:`~serve.schemas.DecideRequest`)."""
-        view = to_view(request.view, self.cfg.catalogue, self.cfg.cluster.placement, self.max_jobs)
+        view = to_view(request.view, self.cfg.catalogue, self.cfg.cluster.default_placement, self.max_jobs)
+        placement = request.view.placement or "own"  # the request's placer, or the scheduler's own
         name = request.scheduler
         if name == "dl2":
             loaded = self.store.current  # read once: a swap during this decision does not touch it
@@ -158,6 +161,7 @@ class DecisionService:
         else:
             served = ["dl2", *self.heuristics]
             raise ViewError(("scheduler",), f"unknown scheduler {name!r}; served: {served}", name)
+        scheduler = with_placement(scheduler, placement)
         t0 = time.perf_counter()
         try:
             alloc = scheduler.decide(view)
@@ -180,6 +184,7 @@ class DecisionService:
                           last_error=self.store.last_error, config=self.cfg.name,
                           arch=cur.scheduler.arch, window=self.cfg.policy.window, max_jobs=self.max_jobs,
                           job_types=list(self.cfg.catalogue.names), schedulers=["dl2", *self.heuristics],
+                          placements={"dl2": own_placement(cur.scheduler), **self._own_placements},
                           overload=OverloadInfo.model_validate(self.admission.stats()))
 
     async def healthz(self) -> Health:

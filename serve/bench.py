@@ -272,7 +272,8 @@ def in_process(cfg, ckpt: Path, body: bytes, proto: bytes, repeats: int = 300) -
 
         for _ in range(repeats):
             t0 = time.perf_counter()
-            v = to_view(req0.view, service.cfg.catalogue, service.cfg.cluster.placement, service.max_jobs)
+            v = to_view(req0.view, service.cfg.catalogue, service.cfg.cluster.default_placement,
+                        service.max_jobs)
             view_t.append(time.perf_counter() - t0)
         del v, sched
     finally:

@@ -144,9 +144,13 @@ class ServeScheduler:
 
     ``last_version`` is the policy version that decided the latest view (None when it was decided
     locally); ``refusals`` counts the views the fallback decided because the endpoint refused them.
+    ``placement``: its own placement, the served scheduler's (``PolicyInfo.placements``; None over gRPC,
+    where the registry's fallback applies); the view's placement goes with every request and the
+    endpoint decides under it.
     """
 
     name = "serve"
+    placement: str | None = None
 
     def __init__(self, url: str, scheduler: str = "dl2", timeout_s: float = 30.0, fallback=None,
                  clock=time.monotonic) -> None:
@@ -240,6 +244,8 @@ def serve_scheduler(arg: str | None, cfg: object) -> ServeScheduler:
     info = sched.check()
     if info is None:  # gRPC: reachable; what it serves is checked on the first answer
         return sched
+    # its own placement is the one the served scheduler decides under (the server's PolicyInfo)
+    sched.placement = (info.get("placements") or {}).get(sched.scheduler)
     name = getattr(cfg, "name", None)
     if name is not None and info.get("config") not in (None, name):
         raise UserError(f"serve:{sched.url} serves config {info.get('config')!r}, not {name!r}: "

@@ -26,7 +26,7 @@ MAX_AMOUNT = 1e9  # cores / GPUs / GB on one node
 MAX_EPOCHS = 1e12
 MAX_NODES = 100_000  # nodes in one view, counts included
 
-PlacementName = Literal["load_balancing", "packing", "optimus"]
+PlacementName = Literal["load_balancing", "packing", "optimus", "tetris"]
 
 
 class _Message(BaseModel):
@@ -99,7 +99,9 @@ class ViewIn(_Message):
     slot_seconds: float = Field(ge=1e-3, le=1e9, allow_inf_nan=False, description="slot length, seconds")
     nodes: list[NodeState] = Field(min_length=1, max_length=MAX_COUNT)
     jobs: list[JobState] = Field(default_factory=list)
-    placement: PlacementName | None = Field(default=None, description="omitted: the server config's")
+    placement: PlacementName | None = Field(
+        default=None, description="the placement the scheduler decides under; omitted: its own (PolicyInfo."
+        "placements)")
 
 
 class DecideRequest(_Message):
@@ -159,6 +161,9 @@ class PolicyInfo(_Message):
     max_jobs: int = Field(description="largest view accepted (jobs)")
     job_types: list[str]
     schedulers: list[str]
+    placements: dict[str, str] = Field(
+        default_factory=dict, description="each served scheduler's own placement policy: what it decides "
+        "under when a request's view names none")
     overload: OverloadInfo
 
 

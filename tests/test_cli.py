@@ -26,7 +26,7 @@ def test_compare_json_is_one_object_with_ratios(capsys, tmp_path):
     assert code == 0
     doc = json.loads(out)  # the whole of stdout is one JSON object
     names = [r["scheduler"] for r in doc["results"]]
-    assert names == ["fifo", "drf", "srtf", "oracle", "lower-bound"]  # references by default
+    assert names == ["fifo", "drf", "srtf", "optimus-truth", "lower-bound"]  # references by default
     assert [r["reference"] for r in doc["results"]] == [False, False, False, True, True]
     for row in doc["results"]:
         for key in ("avg_jct", "avg_jct_ci95", "makespan", "gpu_util", "jobs", "completed",
@@ -106,7 +106,7 @@ def test_demo_compares_the_shipped_policy_on_test_traces(capsys, tmp_path):
     doc = json.loads((tmp_path / "d" / "results.json").read_text())
     assert doc["seeds"] == [4_000_000]  # the first test seed
     names = [r["scheduler"] for r in doc["results"]]
-    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", "planner", f"dl2:{model}", "oracle",
+    assert names == ["fifo", "srtf", "drf", "tetris", "optimus", "planner", f"dl2:{model}", "optimus-truth",
                      "lower-bound"]
     dl2 = next(r for r in doc["results"] if r["scheduler"] == f"dl2:{model}")
     assert set(dl2["paired"]) == {"drf", "planner"}

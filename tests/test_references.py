@@ -6,9 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dl2ray.config import ClusterConfig, NodeGroup
-from dl2ray.references import best_configs, best_layout_time, lower_bound_jcts, node_groups
+from dl2ray.references import JobBounds, best_configs, best_layout_time, lower_bound_jcts, node_groups
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import Simulator, run_episode
 from dl2ray.speed import analytic_iteration_time, layout_of
@@ -55,7 +57,7 @@ def test_best_config_is_at_least_as_fast_as_every_simple_shape(testbed, speed_mo
         assert best[t].ps <= jt.max_ps and best[t].workers <= jt.max_workers
 
 
-@pytest.mark.parametrize("scheduler", ["drf", "oracle", "optimus", "fifo-published"])
+@pytest.mark.parametrize("scheduler", ["drf", "optimus-truth", "optimus", "fifo-published"])
 @pytest.mark.parametrize("placement", ["load_balancing", "packing"])
 def test_no_scheduler_finishes_a_job_faster_than_its_bound(testbed, speed_model, scheduler, placement):
     cfg = testbed.model_copy(update={"cluster": ClusterConfig(
@@ -73,3 +75,72 @@ def test_no_scheduler_finishes_a_job_faster_than_its_bound(testbed, speed_model,
     assert set(jct) == set(bound)
     for job_id, v in jct.items():
         assert bound[job_id] <= v + 1e-9
+
+
+def _bound_by_brute_force(speed_model, t, factors, capacity):
+    """Reference for :class:`JobBounds`: every (p, w) in the caps, the exact best layout of each."""
+    jt = speed_model.catalogue.types[t]
+    a, b = factors
+    groups = node_groups(capacity)
+    best = 0.0
+    for p in range(1, jt.max_ps + 1):
+        for w in range(1, jt.max_workers + 1):
+            layout_time = best_layout_time(jt, p, w, groups, speed_model.placement)
+            if not np.isfinite(layout_time):
+                continue
+            comm = layout_time - jt.compute_s
+            base = speed_model.nominal_batches_per_second(t, p, w)
+            ref = speed_model.placement.iteration_time(jt, tuple(sorted([(1, 0)] * w + [(0, 1)] * p)))
+            best = max(best, base * ref / (jt.compute_s * a + comm * b))
+    return best / jt.batches_per_epoch
+
+
+@pytest.mark.parametrize("factors", [(1.0, 1.0), (0.8, 1.2), (1.2, 0.8)])
+@pytest.mark.parametrize("t", [0, 2, 7])
+def test_job_bound_is_the_best_over_every_shape(testbed, speed_model, t, factors):
+    capacity = np.array([[8.0, 2.0, 48.0]] * 3)
+    got = JobBounds(speed_model, capacity).epochs_per_second(t, factors)
+    assert got == pytest.approx(_bound_by_brute_force(speed_model, t, factors, capacity))
+
+
+def test_a_job_with_slow_communication_has_a_longer_bound_than_its_type(testbed, speed_model):
+    """The bound is per job: it sees the job's factors (it used to be its type's, whatever the deviation)."""
+    bounds = JobBounds(speed_model, testbed.cluster.capacity)
+    assert bounds.epochs_per_second(0, (1.0, 1.3)) < bounds.epochs_per_second(0) < \
+        bounds.epochs_per_second(0, (0.7, 1.0))
+
+
+SCHEDULERS = ["drf", "drf-static", "fifo", "srtf", "tetris", "optimus", "planner", "optimus-truth",
+              "srtf-published"]
+
+
+@settings(max_examples=12)
+@given(
+    deviation=st.sampled_from([0.0, 0.1, 0.3, 0.5]),
+    variation=st.sampled_from([0.0, 0.05, 0.2]),
+    interference=st.sampled_from([0.0, 0.2]),
+    placement=st.sampled_from(["own", "load_balancing", "packing", "optimus", "tetris"]),
+    seed=st.integers(0, 10_000),
+)
+def test_no_scheduler_beats_the_bound_of_any_job_in_the_realistic_world(
+        realistic, deviation, variation, interference, placement, seed):
+    """Every job of generated traces under the realistic information model: each scheduler's JCT is at
+    least the job's bound (hidden factors, variation, interference, change costs, any placer)."""
+    cfg = realistic.model_copy(update={
+        "cluster": ClusterConfig(nodes=(NodeGroup(count=4),), placement=placement),
+        "workload": realistic.workload.model_copy(update={"num_jobs": 8}),
+        "speed": realistic.speed.model_copy(update={
+            "job_deviation": deviation, "variation": variation, "interference": interference}),
+    })
+    from dl2ray.experiments import build_simulator
+    from dl2ray.traces.generate import generate_trace
+
+    trace = generate_trace(cfg, seed)
+    sim = build_simulator(cfg, trace)
+    bound = lower_bound_jcts(trace, sim.speed, cfg.cluster.capacity, cfg.sim.slot_seconds, seed,
+                             deviation, variation)
+    for name in SCHEDULERS:
+        jct = run_episode(sim, make_scheduler(name, cfg), seed).jct
+        assert set(jct) == set(bound)
+        late = {j: (bound[j], v) for j, v in jct.items() if bound[j] > v + 1e-9}
+        assert not late, f"{name}: jobs faster than their bound: {late}"

@@ -186,7 +186,7 @@ def connect(cfg: K8sConfig) -> KubernetesBackend:
         raise UserError(f"kubernetes.kubeconfig: {path}: no such file")
     api = KubeApi.connect(k, None if path is None else str(path))
     exp = cfg.experiment()
-    backend = KubernetesBackend(api, k, exp.catalogue, exp.cluster.placement)
+    backend = KubernetesBackend(api, k, exp.catalogue, exp.cluster.default_placement)
     try:
         backend.read()
     except (ApiGiveUp, OSError) as exc:

@@ -85,7 +85,7 @@ class LiveAgentImpl:
         self.epoch, self.shadow, self.source = epoch, shadow, policy
         self._learner: tuple[float, dict[str, Any]] | None = None  # (monotonic time, learner status)
         self.restarted = incarnation()
-        self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.placement,
+        self.backend = RayBackend(exp.catalogue, live.slot_seconds, epoch, exp.cluster.default_placement,
                                   live.timeouts.heartbeat_timeout_s, live.timeouts.register_timeout_s,
                                   orphan_timeout_s=live.timeouts.orphan_timeout_s, reads=live.reads)
         self.learner = policy.build(exp, self.restarted) if policy is not None else None

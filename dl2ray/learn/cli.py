@@ -262,19 +262,67 @@ def train_ship(
     processes: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
     trace: Annotated[Path | None, typer.Option(
         help="test on this fixed Parquet trace (--test-traces noise seeds), not generated ones")] = None,
+    placer: Annotated[str | None, typer.Option(
+        help="the placement the shipped policy decides under as its own (meta.placer; choose it on "
+        "validation: tests/bench/bench_placers.py): load_balancing, packing, optimus or tetris "
+        "(default: the run's, load_balancing when it names none)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
 ) -> None:
     """Ship a run's best checkpoint: slim NAME.pt, its run records and a model card with test-set JCTs."""
-    import re
-
     from dl2ray.learn.ship import ship
 
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise UserError(f"--name: {name!r}: use letters, digits, '.', '_' or '-'")
+    _check_name(name)
     cfg = load_config(config)
     if trace is not None and not trace.is_file():
         raise UserError(f"--trace: {trace}: no such trace file")
+    if placer is not None:
+        _check_placer(placer)
     shipped = ship(cfg, str(config or "configs/testbed.yaml"), run, name, models, test_traces, processes,
-                   trace)
+                   trace, placer)
     emit({"checkpoint": str(shipped.checkpoint), "record": str(shipped.record), "card": str(shipped.card),
           "results": shipped.results}, json_out)
+
+
+@app.command("retest")
+def train_retest(
+    name: Annotated[str, typer.Option(help="the shipped model: MODELS/NAME.pt, NAME.json, NAME.md")],
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="experiment YAML (default: the one NAME.json names)")] = None,
+    models: Annotated[Path, typer.Option(help="directory of the shipped model")] = Path("models"),
+    placer: Annotated[str | None, typer.Option(
+        help="first set the checkpoint's own placement (meta.placer, chosen on validation)")] = None,
+    processes: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """Re-measure a shipped model's test table (same weights, test seeds or trace) as the simulator and
+    the baselines are now; rewrites NAME.json's test results and the card's "Test traces" section."""
+    from dl2ray.learn.ship import read_record, retest
+    from dl2ray.policy.network import set_checkpoint_placer
+
+    _check_name(name)
+    pt = models / f"{name}.pt"
+    if not pt.is_file():
+        raise UserError(f"--name: {pt}: no such shipped checkpoint")
+    if config is None:
+        config = Path(str(read_record(pt).get("config_file") or "configs/testbed.yaml"))
+    cfg = load_config(config)
+    if placer is not None:
+        _check_placer(placer)
+        set_checkpoint_placer(pt, placer)
+    shipped = retest(cfg, name, models, processes)
+    emit({"checkpoint": str(shipped.checkpoint), "record": str(shipped.record), "card": str(shipped.card),
+          "results": shipped.results}, json_out)
+
+
+def _check_name(name: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise UserError(f"--name: {name!r}: use letters, digits, '.', '_' or '-'")
+
+
+def _check_placer(placer: str) -> None:
+    from dl2ray.cluster import PLACEMENTS
+
+    if placer not in PLACEMENTS:
+        raise UserError(f"--placer: {placer!r}: must be one of {', '.join(PLACEMENTS)}")

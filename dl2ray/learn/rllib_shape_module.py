@@ -65,8 +65,9 @@ def shape_module_config(enc: ShapeEncoding, embed: Sequence[int], head: int, max
         raise ValueError(f"max_jobs: {max_jobs}: must be at least 1")
     return {"num_types": enc.num_types, "menu": [list(s) for s in enc.menu],
             "slots_run_scale": enc.slots_run_scale, "work_conserving": enc.work_conserving,
-            "profile_features": enc.profile, "interleaved": enc.interleaved,
+            "profile_features": enc.profile, "interleaved": enc.interleaved, "layouts": list(enc.layouts),
             "cost": None if enc.cost is None else enc.cost.tolist(),
+            "gain": None if enc.gain is None else enc.gain.tolist(),
             "embed": list(embed), "head": int(head),
             "max_jobs": int(max_jobs), "seed": int(seed), "init": None if init is None else str(init)}
 
@@ -101,9 +102,13 @@ class ShapeTorchRLModule(TorchRLModule, ValueFunctionAPI):
         cost = None if mc.get("cost") is None else np.asarray(mc["cost"], dtype=np.float64)
         if cost is not None:
             cost.setflags(write=False)
+        gain = None if mc.get("gain") is None else np.asarray(mc["gain"], dtype=np.float32)
+        if gain is not None:
+            gain.setflags(write=False)
         enc = ShapeEncoding(int(mc["num_types"]), tuple((int(w), int(p)) for w, p in mc["menu"]),
                             float(mc["slots_run_scale"]), bool(mc["work_conserving"]),
-                            bool(mc["profile_features"]), cost, bool(mc.get("interleaved", False)))
+                            bool(mc["profile_features"]), cost, bool(mc.get("interleaved", False)),
+                            tuple(mc.get("layouts", ())), gain)
         jobs, seed = int(mc["max_jobs"]), int(mc["seed"])
         if jobs < 1:
             raise ValueError(f"max_jobs: {jobs}: must be at least 1")

@@ -25,7 +25,7 @@ import torch
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
-from dl2ray.policy.shape import ShapeEncoding, cap_mask, job_features
+from dl2ray.policy.shape import ShapeEncoding, cap_mask, job_features, largest_node, layout_label
 from dl2ray.policy.shape_net import ShapePolicyNet
 from dl2ray.view import Allocation, ClusterView
 from dl2ray.workload import Trace
@@ -43,14 +43,24 @@ class SlotSample:
 
 
 def teacher_sample(view: ClusterView, enc: ShapeEncoding, allocation) -> SlotSample:
-    """The slot ``view`` labelled with the menu rows nearest to ``allocation``'s task counts."""
+    """The slot ``view`` labelled with the menu rows nearest to ``allocation``'s task counts (and, with
+    layouts, of the layout nearest to where the teacher put the job's tasks: :func:`layout_label`)."""
     x, g = job_features(view, enc)
-    labels = np.array([enc.nearest(*allocation.tasks.get(j.job_id, (0, 0))) for j in view.jobs],
-                      dtype=np.int64)
+    placed = allocation.placement or {}
+    node = largest_node(view.capacity)
+    labels = np.array([enc.nearest(*_counts(allocation, j.job_id),
+                                   layout=layout_label(enc, j, placed.get(j.job_id), node))
+                       for j in view.jobs], dtype=np.int64)
     masks = cap_mask(view, enc)
     masks[:, 0] = True
     labels = np.where(masks[np.arange(len(labels)), labels], labels, 0)
     return SlotSample(x, g, masks, labels)
+
+
+def _counts(allocation, job_id: int) -> tuple[int, int]:
+    """``(workers, ps)`` of ``job_id`` in ``allocation`` (0, 0 when it is left out)."""
+    t = allocation.tasks.get(job_id)
+    return (0, 0) if t is None else (int(t.workers), int(t.ps))
 
 
 def record(cfg: ExperimentConfig, teacher: str, trace_seeds: Sequence[int], max_slots: int,

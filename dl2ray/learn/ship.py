@@ -43,8 +43,10 @@ KNOWS = {
     "planner": "declared epochs, the operator's profile (`dl2ray profile`: each type measured at a few "
                "points, with error)",
     "planner-truth": "**the simulator's true type surfaces** (reference, not deployable)",
+    "optimus-truth": "**the simulator's true type surfaces** (reference, not deployable)",
     "oracle": "**the simulator's true type surfaces** (reference, not deployable)",
-    "lower-bound": "**true lengths, true per-job speeds** (reference, not deployable)",
+    "lower-bound": "**true lengths, each job's true compute and communication factors, the best layout** "
+                   "(reference, not deployable)",
 }
 """What each row of a card's table knows (the model's own row is described by its training)."""
 
@@ -90,35 +92,93 @@ def _run_paths(run: Path) -> tuple[Path, dict | None, dict | None]:
 
 
 def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: Path,
-         test_traces: int, processes: int | None = None, trace_path: Path | None = None) -> Shipped:
+         test_traces: int, processes: int | None = None, trace_path: Path | None = None,
+         placer: str | None = None) -> Shipped:
     """Write ``NAME.pt``, ``NAME.json`` and ``NAME.md`` (see the module docstring).
 
     ``trace_path``: test on this fixed Parquet trace (the test seeds then drive only the
-    simulator's noise) instead of generated test traces.
+    simulator's noise) instead of generated test traces. ``placer``: the placement policy the
+    shipped checkpoint decides under as its own (``meta.placer``, chosen on validation); None keeps
+    the run's (load balancing when it has none).
     """
-    from dl2ray.experiments import compare
-    from dl2ray.traces.parquet import read_trace
+    from dl2ray.policy.network import set_checkpoint_placer
+    from dl2ray.policy.shape_net import checkpoint_placer
 
     best, rl, sl = _run_paths(run)
     models.mkdir(parents=True, exist_ok=True)
     pt, record, card = models / f"{name}.pt", models / f"{name}.json", models / f"{name}.md"
     _slim_copy(cfg, best, pt, run)
+    set_checkpoint_placer(pt, placer or checkpoint_placer(best))
     test = seedsets.test(test_traces)
-    spec = f"dl2:{pt}"
-    trace = read_trace(trace_path, cfg.catalogue) if trace_path is not None else None
-    refs = ["planner-truth", "oracle"] if cfg.profile is not None else ["oracle"]
-    comp = compare(cfg, [*HEURISTICS, *refs, spec], test, trace=trace, processes=processes,
-                   references=True, paired=PAIRED)
-    rows = comp.summary()
-    for row in rows:
-        if row["scheduler"] == spec:
-            row["scheduler"] = f"dl2 ({name})"
+    rows = measure_test_rows(cfg, name, pt, test, trace_path, processes)
     record.write_text(json.dumps({"name": name, "config_file": config_path, "rl": rl, "sl": sl,
                                   "test_seeds": test, "test_trace": str(trace_path) if trace_path else None,
                                   "test_results": rows}, indent=1) + "\n", encoding="utf-8")
     card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test, trace_path),
                     encoding="utf-8")
     return Shipped(pt, record, card, rows)
+
+
+def measure_test_rows(cfg: ExperimentConfig, name: str, pt: Path, test: list[int], trace_path: Path | None,
+              processes: int | None) -> list[dict]:
+    """A card's test comparison: every heuristic, the references and ``dl2:pt`` (renamed ``dl2 (name)``),
+    each under its own placement unless ``cfg.cluster.placement`` forces one; paired ratios to
+    :data:`PAIRED`."""
+    from dl2ray.experiments import compare
+    from dl2ray.traces.parquet import read_trace
+
+    spec = f"dl2:{pt}"
+    trace = read_trace(trace_path, cfg.catalogue) if trace_path is not None else None
+    refs = ["planner-truth", "optimus-truth"] if cfg.profile is not None else ["optimus-truth"]
+    comp = compare(cfg, [*HEURISTICS, *refs, spec], test, trace=trace, processes=processes,
+                   references=True, paired=PAIRED)
+    rows = comp.summary()
+    for row in rows:
+        if row["scheduler"] == spec:
+            row["scheduler"] = f"dl2 ({name})"
+    return rows
+
+
+TEST_HEADING = "## Test traces"
+
+
+def retest(cfg: ExperimentConfig, name: str, models: Path, processes: int | None = None) -> Shipped:
+    """Re-measure a shipped model's test table as the simulator and baselines are now (same test seeds or
+    trace, same weights): ``NAME.json``'s ``test_results`` (the old ones kept as ``previous_test_results``)
+    and the card's "Test traces" section are rewritten; the card's other sections stay as they are."""
+    pt, record, card = models / f"{name}.pt", models / f"{name}.json", models / f"{name}.md"
+    if not pt.is_file():
+        raise UserError(f"--name: {pt}: no such shipped checkpoint")
+    doc = read_record(pt)
+    test = [int(x) for x in doc.get("test_seeds", [])]
+    if not test:
+        raise UserError(f"{record}: no test_seeds: ship it with `dl2ray train ship` first")
+    trace_path = Path(doc["test_trace"]) if doc.get("test_trace") else None
+    rows = measure_test_rows(cfg, name, pt, test, trace_path, processes)
+    doc["previous_test_results"], doc["test_results"] = doc.get("test_results"), rows
+    record.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    text = card.read_text(encoding="utf-8") if card.is_file() else f"# {name}\n"
+    card.write_text(replace_test_section(text, card_test_section(rows, test, trace_path)), encoding="utf-8")
+    return Shipped(pt, record, card, rows)
+
+
+def card_test_section(rows: list[dict], test: list[int], trace_path: Path | None) -> list[str]:
+    """The card's "Test traces" section: heading and table."""
+    where = (f"the fixed trace `{trace_path}`, {len(test)} noise seed(s) {test[0]}..{test[-1]}"
+             if trace_path else f"{len(test)}: seeds {test[0]}..{test[-1]}")
+    return [f"{TEST_HEADING} ({where}, never used for training or selection)", "", *_test_table(rows)]
+
+
+def replace_test_section(card: str, section: list[str]) -> str:
+    """``card`` with its "Test traces" section (heading to the next ``## ``) replaced by ``section``; added
+    at the end when it has none."""
+    lines = card.rstrip("\n").split("\n")
+    start = next((i for i, x in enumerate(lines) if x.startswith(TEST_HEADING)), None)
+    if start is None:
+        return "\n".join([*lines, "", *section]) + "\n"
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = ["", *lines[end:]] if end < len(lines) else []
+    return "\n".join([*lines[:start], *section, *tail]) + "\n"
 
 
 def _slim_copy(cfg: ExperimentConfig, best: Path, pt: Path, run: Path) -> None:
@@ -182,10 +242,7 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
         lines += ["| RL | none: the supervised checkpoint is shipped as it is |"]
     else:
         lines += _rl_rows(rl, opts, policy, best)
-    where = (f"the fixed trace `{trace_path}`, {len(test)} noise seed(s) {test[0]}..{test[-1]}"
-             if trace_path else f"{len(test)}: seeds {test[0]}..{test[-1]}")
-    lines += ["", "## What it knows", "", _knowledge(policy), "",
-              f"## Test traces ({where}, never used for training or selection)", "", *_test_table(rows)]
+    lines += ["", "## What it knows", "", _knowledge(policy), "", *card_test_section(rows, test, trace_path)]
     commands = reproduce(name, config_path, run, rl, sl, len(test), trace_path)
     lines += ["", "## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(lines)
@@ -209,8 +266,9 @@ def _test_table(rows: list[dict]) -> list[str]:
     lines = ["avg JCT is the censored average (unfinished jobs counted until the run stopped), mean ± 95% CI "
              "over the traces; `/ X` is the paired ratio: on each trace this row's avg JCT over X's, mean ± "
              "95% CI.", "",
-             "| scheduler | knows | avg JCT (slots) | / DRF | / Optimus | / planner | p95 JCT | jobs done |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| scheduler | knows | placement | avg JCT (slots) | / DRF | / Optimus | / planner | p95 JCT "
+             "| jobs done |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         name = str(r["scheduler"])
         ref = " *(reference, not deployable)*" if r.get("reference") else ""
@@ -219,8 +277,8 @@ def _test_table(rows: list[dict]) -> list[str]:
         ratios = " | ".join(f"{p.get('mean', float('nan')):.3f} ± {p.get('ci95', float('nan')):.3f}"
                             for p in pairs)
         jct = f"{r['censored_avg_jct']:.2f} ± {r['censored_avg_jct_ci95']:.2f}"
-        lines.append(f"| {name}{ref} | {knows} | {jct} | {ratios} | {r['p95_jct']:.2f} | "
-                     f"{r['completed']:.1f}/{r['jobs']:.0f} |")
+        lines.append(f"| {name}{ref} | {knows} | {r.get('placement', '')} | {jct} | {ratios} | "
+                     f"{r['p95_jct']:.2f} | {r['completed']:.1f}/{r['jobs']:.0f} |")
     return lines
 
 

@@ -34,7 +34,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 from numba import njit
 
-from dl2ray.cluster import final_layout, placement_sign
+from dl2ray.cluster import ALIGNED, final_layout, placement_mode
 from dl2ray.policy.encoding import PS, WORKER, Encoding, InfeasibleAction, JobArrays, SlotState
 from dl2ray.view import Allocation, ClusterView, JobPlacement, Tasks
 
@@ -165,8 +165,9 @@ def decide_slot(
 #
 # The same loop as run_decision + SlotState + Placer + PolicyChooser, on arrays:
 # per-job arrays from JobArrays; nodes = (capacity, free, 1/capacity as (N, 3) float64,
-# placement sign); per distinct demand a tournament tree whose root is the node
-# Placer.peek would return, updated in O(log N) per placement (build_trees). Each
+# placement modes (M,), dl2ray.cluster.placement_mode); per mode and distinct demand a
+# tournament tree whose root is the node Placer.peek would return, updated in O(M·log N)
+# per placement (build_trees). Each
 # helper names the Python code it mirrors; the float operations are the same, in the
 # same order, so masks and features are identical.
 
@@ -192,7 +193,7 @@ def _decide_compiled(view: ClusterView, enc: Encoding, chooser: PolicyChooser, r
     placed = np.empty((tasks_max, 3), dtype=np.int64)
     rng = None if chooser.greedy else chooser.rng
     inferences, n_placed = _decide_kernel(
-        arr.static, jobs, arr.demands, arr.share_scale, (cap, free, inv, placement_sign(view.placement)),
+        arr.static, jobs, arr.demands, arr.share_scale, (cap, free, inv, view_modes(view)),
         net, rng, record, states, masks, actions, placed)
     if inferences < 0:
         raise InfeasibleAction("compiled decision: no node for a task the mask allowed")
@@ -203,11 +204,18 @@ def _decide_compiled(view: ClusterView, enc: Encoding, chooser: PolicyChooser, r
     return Decision(placed_allocation(view, placed[:n_placed]), steps, inferences)
 
 
-def placed_allocation(view: ClusterView, placed: np.ndarray) -> Allocation:
+def view_modes(view: ClusterView) -> np.ndarray:
+    """``(1,)`` int64: the placement mode of the view's placer (the compiled placers' ``modes``)."""
+    return np.array([placement_mode(view.placement)], dtype=np.int64)
+
+
+def placed_allocation(view: ClusterView, placed: np.ndarray, relayout: bool = True) -> Allocation:
     """As :meth:`Placer.allocation` (and :class:`OptimusPlacer`'s) after placing ``placed``.
 
     ``placed``: rows ``(job index in view.jobs, WORKER or PS, node)`` in placement order.
     Jobs come in Placer.job_ids() order: by first worker, then PS-only jobs by first PS.
+    ``relayout``: lay the jobs out again as the view's placer does at the end (``optimus``); False when
+    the tasks were placed by placers of the policy's own (its layouts), not the view's.
     """
     g, role, node = placed[:, 0], placed[:, 1], placed[:, 2]
     key = g * 2 + role
@@ -226,7 +234,8 @@ def placed_allocation(view: ClusterView, placed: np.ndarray) -> Allocation:
         w, p = nodes.get((j, WORKER), ()), nodes.get((j, PS), ())
         tasks[v.job_id], placement[v.job_id] = Tasks(len(w), len(p)), JobPlacement(w, p)
         demands[v.job_id] = (v.worker_demand if w else None, v.ps_demand if p else None)
-    return final_layout(view.placement, view.free, Allocation(tasks, placement), demands)
+    allocation = Allocation(tasks, placement)
+    return final_layout(view.placement, view.free, allocation, demands) if relayout else allocation
 
 
 @njit(cache=True)
@@ -236,67 +245,81 @@ def _fits(free, n, d):
 
 
 @njit(cache=True)
-def _score(cap, free, inv, n, d, sign):
-    """Placer._score: ``sign ×`` node ``n``'s dominant usage over the resources ``d`` asks for."""
+def _score(cap, free, inv, n, d, mode):
+    """Placer._score: ``mode ×`` node ``n``'s dominant usage over the resources ``d`` asks for, or
+    (``mode`` ALIGNED) minus its Tetris alignment ``Σ_r d_r · free_r / cap_r²``."""
+    if mode == ALIGNED:
+        a = 0.0
+        for r in range(3):
+            a += d[r] * free[n, r] * inv[n, r] * inv[n, r]
+        return -a
     used = 0.0
     for r in range(3):
         if d[r] > 0:
             used = max(used, (cap[n, r] - free[n, r]) * inv[n, r])
-    return sign * used
+    return mode * used
 
 
 @njit(cache=True)
-def _pull(score, node, k, v):
-    """Vertex ``v`` of tree ``k`` takes the smaller ``(score, node)`` of its two children."""
+def _pull(score, node, m, k, v):
+    """Vertex ``v`` of tree ``(m, k)`` takes the smaller ``(score, node)`` of its two children."""
     c = 2 * v
-    if score[k, c + 1] < score[k, c] or (score[k, c + 1] == score[k, c] and node[k, c + 1] < node[k, c]):
+    if score[m, k, c + 1] < score[m, k, c] or (score[m, k, c + 1] == score[m, k, c]
+                                                 and node[m, k, c + 1] < node[m, k, c]):
         c += 1
-    score[k, v], node[k, v] = score[k, c], node[k, c]
+    score[m, k, v], node[m, k, v] = score[m, k, c], node[m, k, c]
 
 
 @njit(cache=True)
 def set_leaf(trees, nodes, dem, k, n):
-    """Node ``n``'s leaf in tree ``k`` from its free capacity now, and the path above it."""
-    cap, free, inv, sign = nodes
+    """Node ``n``'s leaf in tree ``k`` of every mode from its free capacity now, and the paths above it."""
+    cap, free, inv, modes = nodes
     score, node = trees
-    v = score.shape[1] // 2 + n
-    if _fits(free, n, dem[k]):
-        score[k, v], node[k, v] = _score(cap, free, inv, n, dem[k], sign), n
-    else:
-        score[k, v], node[k, v] = np.inf, -1
-    v //= 2
-    while v >= 1:
-        _pull(score, node, k, v)
+    fits = _fits(free, n, dem[k])
+    for m in range(modes.shape[0]):
+        v = score.shape[2] // 2 + n
+        if fits:
+            score[m, k, v], node[m, k, v] = _score(cap, free, inv, n, dem[k], modes[m]), n
+        else:
+            score[m, k, v], node[m, k, v] = np.inf, -1
         v //= 2
+        while v >= 1:
+            _pull(score, node, m, k, v)
+            v //= 2
 
 
 @njit(cache=True)
 def build_trees(nodes, dem):
-    """Per demand k, a tournament tree whose root ``node[k, 1]`` is Placer.peek's node (-1: none).
+    """Per placement mode m and demand k, a tournament tree whose root ``node[m, k, 1]`` is the node
+    Placer.peek of mode ``modes[m]`` returns (-1: none).
 
-    ``score``/``node`` (K, 2S), S ≥ N a power of two; leaf ``S + n`` is node
-    ``n``'s ``(score, n)``, or ``(inf, -1)`` when ``n`` does not fit the demand
-    (and for padding); each vertex holds the smaller ``(score, node)`` of its
-    children, the Placer's order. A placement updates one leaf per tree: O(K log N).
+    ``nodes`` = (capacity, free, 1/capacity, modes (M,) int64: placement modes,
+    :func:`dl2ray.cluster.placement_mode`); ``score``/``node`` (M, K, 2S), S ≥ N a
+    power of two; leaf ``S + n`` is node ``n``'s ``(score, n)``, or ``(inf, -1)``
+    when ``n`` does not fit the demand (and for padding); each vertex holds the
+    smaller ``(score, node)`` of its children, the Placer's order. A placement
+    updates one leaf per tree: O(M·K log N).
     """
-    N, K = nodes[1].shape[0], dem.shape[0]
+    N, K, M = nodes[1].shape[0], dem.shape[0], nodes[3].shape[0]
     S = 1
     while S < N:
         S *= 2
-    score, node = np.full((K, 2 * S), np.inf), np.full((K, 2 * S), -1, np.int64)
-    for k in range(K):
-        for n in range(N):
-            if _fits(nodes[1], n, dem[k]):
-                score[k, S + n], node[k, S + n] = _score(nodes[0], nodes[1], nodes[2], n, dem[k], nodes[3]), n
-        for v in range(S - 1, 0, -1):
-            _pull(score, node, k, v)
+    score, node = np.full((M, K, 2 * S), np.inf), np.full((M, K, 2 * S), -1, np.int64)
+    for m in range(M):
+        for k in range(K):
+            for n in range(N):
+                if _fits(nodes[1], n, dem[k]):
+                    score[m, k, S + n] = _score(nodes[0], nodes[1], nodes[2], n, dem[k], nodes[3][m])
+                    node[m, k, S + n] = n
+            for v in range(S - 1, 0, -1):
+                _pull(score, node, m, k, v)
     return score, node
 
 
 @njit(cache=True)
-def place_task(nodes, dem, trees, key):
-    """Placer.place of one task of demand ``dem[key]``: its node, or -1."""
-    n = trees[1][key, 1]
+def place_task(nodes, dem, trees, key, m):
+    """Placer.place of one task of demand ``dem[key]`` by placement mode ``nodes[3][m]``: its node, or -1."""
+    n = trees[1][m, key, 1]
     if n >= 0:
         free = nodes[1]
         for r in range(3):
@@ -459,7 +482,7 @@ def _apply(kind, g, counts, nodes, dem, trees, jobs, placed, n_placed):
     """SlotState.apply's placement for job row ``g``: rows added to ``placed``; -1 if the placer refused."""
     for role, key, wanted in ((WORKER, jobs[3][g], kind != PS), (PS, jobs[4][g], kind != WORKER)):
         if wanted:
-            node = place_task(nodes, dem, trees, key)
+            node = place_task(nodes, dem, trees, key, 0)
             if node < 0:
                 return -1
             placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
@@ -474,7 +497,7 @@ def _decide_kernel(static, jobs, dem, share_scale, nodes, net, rng, record, stat
 
     ``static`` (windows, J, L+5) float32 from JobArrays; ``jobs`` its per-row
     arrays; ``dem`` (K, 3) distinct demands; ``nodes`` = (capacity, free (changed
-    in place), 1/capacity, placement sign); ``net`` = (W1, b1, later weights,
+    in place), 1/capacity, placement modes (1,)); ``net`` = (W1, b1, later weights,
     later biases); ``rng`` None for greedy. With ``record`` every inference's
     state, mask and action go to ``states``/``masks``/``actions``.
     """
@@ -495,7 +518,7 @@ def _decide_kernel(static, jobs, dem, share_scale, nodes, net, rng, record, stat
         lo = k * J
         x = static[k].copy()
         _first_layer(x, w1, b1, pre1)
-        while _fill_mask(mask, lo, counts, jobs, dem, nodes[1], trees[1], pair_fits):
+        while _fill_mask(mask, lo, counts, jobs, dem, nodes[1], trees[1][0], pair_fits):
             action = _choose(_head(pre1, ws, bs, even, odd), mask, rng)
             if record:
                 states[inferences], masks[inferences], actions[inferences] = x.reshape(-1), mask, action

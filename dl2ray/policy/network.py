@@ -140,6 +140,18 @@ def read_checkpoint_doc(path: str | Path) -> dict:
     return doc
 
 
+def set_checkpoint_placer(path: str | Path, placer: str) -> None:
+    """Write ``meta.placer`` (the placement policy the checkpoint decides under as its own; either
+    architecture) into the checkpoint at ``path``, weights unchanged; ValueError for an unknown policy."""
+    from dl2ray.cluster import PLACEMENTS
+
+    if placer not in PLACEMENTS:
+        raise ValueError(f"placer: {placer!r}: must be one of {', '.join(PLACEMENTS)}")
+    doc = read_checkpoint_doc(path)
+    doc.setdefault("meta", {})["placer"] = placer
+    torch.save(doc, path)
+
+
 def load_checkpoint(path: str | Path, expect: Encoding | None = None,
                     catalogue: Sequence[str] | None = None) -> Checkpoint:
     """Rebuild the networks; refuse a checkpoint whose dimensions differ from ``expect``.

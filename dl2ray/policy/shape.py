@@ -93,6 +93,7 @@ actions are recorded per job for learning.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -100,7 +101,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-from dl2ray.cluster import placement_sign
+from dl2ray.cluster import placement_mode
 from dl2ray.policy.decision import (
     build_trees,
     greedy_compiled,
@@ -108,8 +109,9 @@ from dl2ray.policy.decision import (
     placed_allocation,
     sample_compiled,
     set_leaf,
+    view_modes,
 )
-from dl2ray.view import Allocation, ClusterView
+from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView
 
 JOB_EXTRA = 8
 """Job feature columns after the type one-hot."""
@@ -117,6 +119,9 @@ PROFILE_JOB = 4
 """Job columns from the profile (profile features)."""
 ROW_DIM = 6
 """Columns per menu row (profile features)."""
+LAYOUT_DIM = 2
+"""More columns per menu row with profile features and layouts: the layout's index / (layouts − 1), and its
+gain (:func:`layout_gain_grid`)."""
 SLOWNESS_SLOTS = 8
 """Trained slots (the most recent) the observed slowness ``m`` averages over."""
 GRID = 16
@@ -144,14 +149,40 @@ class ShapeEncoding:
     profile: bool = False
     cost: np.ndarray | None = field(default=None, compare=False, repr=False)
     interleaved: bool = False  # placement: interleaved (True) or per-job (module docstring)
+    layouts: tuple[str, ...] = ()  # placers a row may name ("Layouts"); (): the view's placer for every row
+    gain: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """With profile features and layouts: ``(L, K)`` float32, row ``k``'s layout gain for a job of each type
+    (:func:`layout_gain_grid`); None otherwise."""
 
     @classmethod
     def from_config(cls, cfg) -> ShapeEncoding:
         s = cfg.policy.shape
-        menu = ((0, 0), *((w, p) for w in s.menu_workers for p in s.menu_ps))
+        menu = menu_rows(s.menu_workers, s.menu_ps, len(s.layouts))
         cost = profile_cost_grid(cfg) if s.profile_features else None
-        return cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale, s.work_conserving,
-                   s.profile_features, cost, s.placement == "interleaved")
+        enc = cls(len(cfg.catalogue), menu, cfg.policy.slots_run_scale, s.work_conserving,
+                  s.profile_features, cost, s.placement == "interleaved", tuple(s.layouts))
+        if s.profile_features and s.layouts:
+            enc = dataclasses.replace(enc, gain=layout_gain_grid(cfg.catalogue, cfg.cluster.capacity, enc))
+        return enc
+
+    @property
+    def row_dim(self) -> int:
+        """Columns per menu row with profile features: :data:`ROW_DIM`, and two more with layouts."""
+        return ROW_DIM + (LAYOUT_DIM if self.layouts else 0)
+
+    @cached_property
+    def row_layouts(self) -> np.ndarray:
+        """``(K,)`` int64, read-only: the index in :attr:`layouts` of each row's placer (0 for wait, and for
+        every row without layouts)."""
+        per = max(len(self.layouts), 1)
+        rows = np.array([0] + [(k - 1) % per for k in range(1, self.num_shapes)], dtype=np.int64)
+        rows.setflags(write=False)
+        return rows
+
+    @cached_property
+    def layout_modes(self) -> np.ndarray:
+        """``(M,)`` int64: the placement mode of each layout (:func:`dl2ray.cluster.placement_mode`)."""
+        return np.array([placement_mode(name) for name in self.layouts], dtype=np.int64)
 
     @cached_property
     def cost_lists(self) -> list:
@@ -166,7 +197,7 @@ class ShapeEncoding:
     @property
     def job_dim(self) -> int:
         """``F``: ``L + 8``, or ``12 + 6·K`` with profile features."""
-        return self.job_columns + (ROW_DIM * self.num_shapes if self.profile else 0)
+        return self.job_columns + (self.row_dim * self.num_shapes if self.profile else 0)
 
     @property
     def global_dim(self) -> int:
@@ -184,13 +215,73 @@ class ShapeEncoding:
         shapes.setflags(write=False)
         return shapes
 
-    def nearest(self, workers: int, ps: int) -> int:
-        """The menu row closest to ``(workers, ps)`` in log space (wait for a job without both)."""
+    def nearest(self, workers: int, ps: int, layout: int = 0) -> int:
+        """The menu row closest to ``(workers, ps)`` in log space, of layout ``layout`` (an index of
+        :attr:`layouts`; wait for a job without both)."""
         if workers <= 0 or ps <= 0:
             return WAIT
         s = self.shapes[1:].astype(np.float64)
         d = np.abs(np.log(s[:, 0]) - math.log(workers)) + np.abs(np.log(s[:, 1]) - math.log(ps))
-        return 1 + int(np.argmin(d))
+        return 1 + int(np.argmin(d)) + layout  # the layouts of one (w, p) are consecutive rows
+
+
+def menu_rows(menu_workers, menu_ps, layouts: int = 0) -> tuple[tuple[int, int], ...]:
+    """The menu: wait, then every ``(w, p)`` of ``menu_workers × menu_ps`` in that order, each repeated once
+    per layout (``layouts`` of them; once without)."""
+    per = max(layouts, 1)
+    return ((0, 0), *((w, p) for w in menu_workers for p in menu_ps for _ in range(per)))
+
+
+def layout_gain_grid(catalogue, capacity: np.ndarray, enc: ShapeEncoding) -> np.ndarray:
+    """``(L, K)`` float32: for a job of each type, ``ln(t_spread / t_row)`` of each menu row clipped to
+    [-1, 1] — the iteration-time gain of the row's layout over every task on a node of its own, by the
+    published analytic PS model on the catalogue's constants (model size, compute time, bandwidths: what
+    an operator knows, not the simulator's calibrated truth). The row's layout is where its placer puts
+    its tasks (worker, PS, worker, …) on empty nodes of the cluster's largest capacity; wait is 0."""
+    from dl2ray.cluster import Placer
+    from dl2ray.speed import analytic_iteration_time, layout_of, spread_layout
+
+    node = largest_node(capacity)
+    out = np.zeros((len(catalogue.types), enc.num_shapes), dtype=np.float32)
+    for t, jt in enumerate(catalogue.types):
+        wd, pd = jt.worker.as_array(), jt.ps.as_array()
+        for k in range(1, enc.num_shapes):
+            w, p = enc.menu[k]
+            nodes = np.tile(node, (w + p, 1))
+            placer = Placer(nodes, nodes, (wd, pd), enc.layout_modes[enc.row_layouts[k]])
+            for i in range(max(w, p)):
+                if i < w:
+                    placer.place(0, "worker", wd)
+                if i < p:
+                    placer.place(0, "ps", pd)
+            pl = (placer.allocation().placement or {}).get(0)
+            if pl is None or len(pl.worker_nodes) != w or len(pl.ps_nodes) != p:
+                continue
+            t_row = analytic_iteration_time(jt, layout_of(pl.worker_nodes, pl.ps_nodes))
+            out[t, k] = np.clip(math.log(analytic_iteration_time(jt, spread_layout(w, p)) / t_row), -1.0, 1.0)
+    out.setflags(write=False)
+    return out
+
+
+def layout_label(enc: ShapeEncoding, job: JobView, placement: JobPlacement | None, node: np.ndarray) -> int:
+    """The layout (index of ``enc.layouts``) closest to where a teacher put ``job``'s tasks: a placer that
+    spreads (load_balancing, tetris) is expected on one node per task, ``packing`` on the fewest nodes of
+    capacity ``node`` (shape (3,)) the tasks fill; ties go to the first layout. 0 without layouts or tasks."""
+    if len(enc.layouts) < 2 or placement is None:
+        return 0
+    w, p = len(placement.worker_nodes), len(placement.ps_nodes)
+    if w + p == 0:
+        return 0
+    used = len(set(placement.worker_nodes) | set(placement.ps_nodes))
+    need = w * job.worker_demand + p * job.ps_demand
+    fewest = max(1, int(np.ceil(np.max(np.divide(need, node, out=np.zeros(3), where=node > 0)))))
+    expected = [fewest if name == "packing" else w + p for name in enc.layouts]
+    return int(np.argmin([abs(used - e) for e in expected]))
+
+
+def largest_node(capacity: np.ndarray) -> np.ndarray:
+    """Shape (3,): the largest node of a ``(N, 3)`` capacity (by cpu, then gpu, then mem)."""
+    return np.asarray(capacity)[np.lexsort(np.asarray(capacity).T[::-1])][-1]
 
 
 def profile_cost_grid(cfg) -> np.ndarray:
@@ -289,13 +380,18 @@ def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: 
     share = ((shapes[None, :, 0, None] * wd[:, None, :] + shapes[None, :, 1, None] * pd[:, None, :])
              * inv).max(axis=2)  # (n, K-1)
     prev = (shapes[None, :, 0] == workers[:, None]) & (shapes[None, :, 1] == ps[:, None])
-    r = x[:, enc.job_columns:].reshape(n, k, ROW_DIM)
+    r = x[:, enc.job_columns:].reshape(n, k, enc.row_dim)
     r[:, 1:, 0] = np.clip(np.nan_to_num(speedup, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
     r[:, 1:, 1] = np.log10(1.0 + np.minimum(t1[:, None] * rows / c11[:, None], 1e6)) / 3.0
     r[:, 1:, 2] = np.clip(share * n / 8.0, 0.0, 1.0)
     r[:, 1:, 3] = prev
     r[:, 1:, 4] = shapes[None, :, 0] / 8.0
     r[:, 1:, 5] = shapes[None, :, 1] / 16.0
+    if enc.layouts:
+        if enc.gain is None:
+            raise ValueError("layout features need the catalogue's constants (ShapeEncoding.from_config)")
+        r[:, 1:, ROW_DIM] = enc.row_layouts[1:] / max(len(enc.layouts) - 1, 1)
+        r[:, 1:, ROW_DIM + 1] = enc.gain[ti, 1:]
 
 
 def _last_rate(job) -> float:
@@ -363,7 +459,8 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     cap = np.array(view.capacity, dtype=np.float64)
     free = np.array(view.free, dtype=np.float64)
     inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
-    nodes = (cap, free, inv, placement_sign(view.placement))
+    modes = enc.layout_modes if enc.layouts else view_modes(view)
+    nodes = (cap, free, inv, modes)
     masks = np.zeros((n, enc.num_shapes), dtype=np.bool_)
     actions = np.zeros(n, dtype=np.int64)
     tasks = np.zeros((n, 2), dtype=np.int64)
@@ -373,11 +470,14 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     placed = np.empty((max(tasks_max, 1), 3), dtype=np.int64)
     fj, fa = forced if forced is not None else (-1, -1)
     free0 = free.copy()  # the kernel places into ``free``
-    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, wkey, pkey,
-                             dem, nodes, rng, fj, fa, enc.work_conserving, masks, actions, tasks, placed)
+    rows = enc.row_layouts
+    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, rows,
+                             wkey, pkey, dem, nodes, rng, fj, fa, enc.work_conserving, masks, actions, tasks,
+                             placed)
     if enc.interleaved:
-        n_placed = _interleave((cap, free0, inv, nodes[3]), dem, wkey, pkey, order, tasks, placed)
-    return ShapeDecision(placed_allocation(view, placed[:n_placed]), order, masks, actions, tasks)
+        n_placed = _interleave((cap, free0, inv, modes), dem, wkey, pkey, order, rows[actions], tasks, placed)
+    allocation = placed_allocation(view, placed[:n_placed], relayout=not enc.layouts)
+    return ShapeDecision(allocation, order, masks, actions, tasks)
 
 
 @njit(cache=True)
@@ -407,9 +507,10 @@ def _fill_mask(mask, caps_row, shapes, wd, pd, total, conserving):
 
 
 @njit(cache=True)
-def _place_role(nodes, dem, trees, key, g, role, placed, n_placed):
-    """One task of job ``g`` in ``role``: ``(rows of placed, placed?)``."""
-    node = place_task(nodes, dem, trees, key)
+def _place_role(nodes, dem, trees, key, m, g, role, placed, n_placed):
+    """One task of job ``g`` in ``role``, placed by placement mode ``nodes[3][m]``: ``(rows of placed,
+    placed?)``."""
+    node = place_task(nodes, dem, trees, key, m)
     if node < 0:
         return n_placed, False
     placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
@@ -417,19 +518,20 @@ def _place_role(nodes, dem, trees, key, g, role, placed, n_placed):
 
 
 @njit(cache=True)
-def _place_shape(nodes, dem, trees, wkey, pkey, g, want_w, want_p, placed, n_placed):
-    """Worker, PS, worker, PS, … of job ``g`` until ``(want_w, want_p)``; a role whose task finds no node
-    stops; a job left without a worker or a PS gives back what it got. Returns ``(rows, w, p)``."""
+def _place_shape(nodes, dem, trees, wkey, pkey, m, g, want_w, want_p, placed, n_placed):
+    """Worker, PS, worker, PS, … of job ``g`` until ``(want_w, want_p)``, by placement mode ``nodes[3][m]``;
+    a role whose task finds no node stops; a job left without a worker or a PS gives back what it got.
+    Returns ``(rows, w, p)``."""
     start = n_placed
     w = p = 0
     w_open, p_open = want_w > 0, want_p > 0
     while w_open or p_open:
         if w_open:
-            n_placed, w_open = _place_role(nodes, dem, trees, wkey, g, _WORKER, placed, n_placed)
+            n_placed, w_open = _place_role(nodes, dem, trees, wkey, m, g, _WORKER, placed, n_placed)
             w += w_open
             w_open = w_open and w < want_w
         if p_open:
-            n_placed, p_open = _place_role(nodes, dem, trees, pkey, g, _PS, placed, n_placed)
+            n_placed, p_open = _place_role(nodes, dem, trees, pkey, m, g, _PS, placed, n_placed)
             p += p_open
             p_open = p_open and p < want_p
     if w == 0 or p == 0:  # a job cannot train without both
@@ -440,10 +542,11 @@ def _place_shape(nodes, dem, trees, wkey, pkey, g, want_w, want_p, placed, n_pla
 
 
 @njit(cache=True)
-def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
+def _shape_kernel(logits, order, caps, shapes, row_mode, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
                   conserving, masks, actions, tasks, placed):
     """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
-    (``(job index, role, node)`` in placement order)."""
+    (``(job index, role, node)`` in placement order). ``row_mode`` (K,): each menu row's index into the
+    placement modes ``nodes[3]``."""
     trees = build_trees(nodes, dem)
     free = nodes[1]
     total = np.zeros(3)
@@ -462,8 +565,8 @@ def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forc
         else:
             a = sample_compiled(logits[g], masks[g], rng)
         actions[g] = a
-        n_placed, w, p = _place_shape(nodes, dem, trees, wkey[g], pkey[g], g, shapes[a, 0], shapes[a, 1],
-                                      placed, n_placed)
+        n_placed, w, p = _place_shape(nodes, dem, trees, wkey[g], pkey[g], row_mode[a], g, shapes[a, 0],
+                                      shapes[a, 1], placed, n_placed)
         tasks[g, 0], tasks[g, 1] = w, p
         for r in range(3):
             total[r] -= w * wd[r] + p * pd[r]
@@ -471,11 +574,12 @@ def _shape_kernel(logits, order, caps, shapes, wkey, pkey, dem, nodes, rng, forc
 
 
 @njit(cache=True)
-def _interleave(nodes, dem, wkey, pkey, order, tasks, placed):
+def _interleave(nodes, dem, wkey, pkey, order, job_mode, tasks, placed):
     """Place the decided ``tasks`` ``(n, 2)`` again from ``nodes``' free capacity, interleaved: in
     ``order``, every job's first worker and PS (both or neither), then rounds of one task per job
     (worker when ``got_w / want_w ≤ got_p / want_p``, else PS) until every job has its counts or its
-    roles found no node. ``tasks`` becomes what was placed; returns the rows of ``placed``."""
+    roles found no node; job ``g``'s tasks go by placement mode ``nodes[3][job_mode[g]]``. ``tasks``
+    becomes what was placed; returns the rows of ``placed``."""
     trees = build_trees(nodes, dem)
     want = tasks.copy()
     tasks[:, :] = 0
@@ -486,9 +590,9 @@ def _interleave(nodes, dem, wkey, pkey, order, tasks, placed):
             want[g, 0] = want[g, 1] = 0
             continue
         start = n_placed
-        n_placed, ok = _place_role(nodes, dem, trees, wkey[g], g, _WORKER, placed, n_placed)
+        n_placed, ok = _place_role(nodes, dem, trees, wkey[g], job_mode[g], g, _WORKER, placed, n_placed)
         if ok:
-            n_placed, ok = _place_role(nodes, dem, trees, pkey[g], g, _PS, placed, n_placed)
+            n_placed, ok = _place_role(nodes, dem, trees, pkey[g], job_mode[g], g, _PS, placed, n_placed)
             if not ok:
                 _unplace(nodes, dem, trees, wkey[g], placed[start, 2])
                 n_placed = start
@@ -506,8 +610,8 @@ def _interleave(nodes, dem, wkey, pkey, order, tasks, placed):
                 continue
             behind = tasks[g, 0] * want[g, 1] <= tasks[g, 1] * want[g, 0]  # workers no further along than PS
             role = _WORKER if w_left > 0 and (p_left <= 0 or behind) else _PS
-            n_placed, ok = _place_role(nodes, dem, trees, wkey[g] if role == _WORKER else pkey[g], g, role,
-                                       placed, n_placed)
+            key = wkey[g] if role == _WORKER else pkey[g]
+            n_placed, ok = _place_role(nodes, dem, trees, key, job_mode[g], g, role, placed, n_placed)
             if ok:
                 tasks[g, role] += 1
             else:

@@ -11,10 +11,10 @@ the view may hold any number of jobs. Shapes: ``x`` (B, n, F), ``present``
 (B, n) bool (padding rows False), ``g`` (B, G) → logits (B, n, K).
 
 With profile features (``enc.profile``) ``x`` is a job's own columns
-followed by ``ROW_DIM`` columns per menu row ``r_jk``; only the first are
+followed by ``enc.row_dim`` columns per menu row ``r_jk``; only the first are
 embedded, and each logit gains a row term scored by one small network shared by
 every row of every job: ``v·relu(A·[h_j, c] + B·r_jk + b)``, ``A·[h_j, c]``
-computed once per job (so the cost is ``n·K·(ROW_DIM + 1)·head``, not a full
+computed once per job (so the cost is ``n·K·(row_dim + 1)·head``, not a full
 MLP per row).
 
 A checkpoint is a ``torch.save`` dict with ``arch: "shape"`` (paper
@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from dl2ray.policy.network import CheckpointError, read_checkpoint_doc
-from dl2ray.policy.shape import ROW_DIM, ShapeEncoding
+from dl2ray.policy.shape import ShapeEncoding
 
 ARCH = "shape"
 
@@ -57,7 +57,7 @@ class ShapePolicyNet(nn.Module):
         self.out = nn.Linear(head, enc.num_shapes)
         if enc.profile:
             self.row_job = nn.Linear(3 * d + enc.global_dim, head)
-            self.row_in = nn.Linear(ROW_DIM, head, bias=False)
+            self.row_in = nn.Linear(enc.row_dim, head, bias=False)
             self.row_out = nn.Linear(head, 1, bias=False)
 
     def forward(self, x: torch.Tensor, present: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -71,7 +71,7 @@ class ShapePolicyNet(nn.Module):
         hc = torch.cat([h, ctx], dim=-1)
         logits = self.out(torch.relu(self.hidden(hc)))
         if self.enc.profile:
-            rows = x[..., cols:].reshape(*x.shape[:-1], self.enc.num_shapes, ROW_DIM)  # (B, n, K, R)
+            rows = x[..., cols:].reshape(*x.shape[:-1], self.enc.num_shapes, self.enc.row_dim)  # (B, n, K, R)
             z = torch.relu(self.row_job(hc).unsqueeze(-2) + self.row_in(rows))  # (B, n, K, head)
             logits = logits + self.row_out(z).squeeze(-1)
         return logits
@@ -117,7 +117,7 @@ class NumpyShapePolicy:
             rj, rc, rb, ri, ro = self.row
             a = h @ rj + (ctx @ rc + rb)  # (n, head)
             n, k = x.shape[0], self.enc.num_shapes
-            u = (x[:, cols:].reshape(n * k, ROW_DIM) @ ri).reshape(n, k, ri.shape[1])  # one matrix product
+            u = (x[:, cols:].reshape(n * k, self.enc.row_dim) @ ri).reshape(n, k, ri.shape[1])  # one product
             u += a[:, None, :]
             np.maximum(u, 0.0, out=u)
             out = out + u @ ro
@@ -142,6 +142,7 @@ def save_shape_checkpoint(path: str | Path, net: ShapePolicyNet, catalogue: Sequ
                  "slots_run_scale": enc.slots_run_scale, "work_conserving": enc.work_conserving,
                  "profile_features": enc.profile,
                  "placement": "interleaved" if enc.interleaved else "per-job",
+                 "layouts": list(enc.layouts),
                  "embed": list(net.embed_widths),
                  "head": net.head_width},
         "policy": net.state_dict(),
@@ -155,6 +156,29 @@ def _placement(name: object) -> str:
     """A checkpoint's ``meta.placement`` (ValueError for anything but the two the decoder knows)."""
     if name not in ("interleaved", "per-job"):
         raise ValueError(f"placement: {name!r}: must be 'interleaved' or 'per-job'")
+    return str(name)
+
+
+def _layouts(names: object) -> tuple[str, ...]:
+    """A checkpoint's ``meta.layouts`` (ValueError for a placer the decoder cannot take per job)."""
+    from dl2ray.cluster import PLACEMENTS
+
+    if not isinstance(names, list | tuple):
+        raise ValueError(f"layouts: {names!r}: a list of placers")
+    out = tuple(str(x) for x in names)
+    if any(x not in PLACEMENTS or x == "optimus" for x in out) or len(set(out)) != len(out):
+        raise ValueError(f"layouts: {list(out)}: distinct placers other than optimus")
+    return out
+
+
+def checkpoint_placer(path: str | Path) -> str:
+    """The placement policy a checkpoint (either architecture) decides under as its own: ``meta.placer``,
+    ``load_balancing`` when it has none; CheckpointError for a name :mod:`dl2ray.cluster` does not know."""
+    from dl2ray.cluster import PLACEMENTS
+
+    name = read_checkpoint_doc(path).get("meta", {}).get("placer", "load_balancing")
+    if name not in PLACEMENTS:
+        raise CheckpointError(f"{path}: meta.placer: {name!r}: must be one of {', '.join(PLACEMENTS)}")
     return str(name)
 
 
@@ -178,11 +202,15 @@ def load_shape_checkpoint(path: str | Path, expect: ShapeEncoding | None = None,
         enc = ShapeEncoding(len(m["catalogue"]), tuple((int(w), int(p)) for w, p in m["menu"]),
                             float(m["slots_run_scale"]), bool(m.get("work_conserving", False)),
                             bool(m.get("profile_features", False)),
-                            interleaved=_placement(m.get("placement", "per-job")) == "interleaved")
+                            interleaved=_placement(m.get("placement", "per-job")) == "interleaved",
+                            layouts=_layouts(m.get("layouts", [])))
         embed, head = tuple(int(h) for h in m["embed"]), int(m["head"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a dl2ray shape checkpoint (meta: {exc!r})") from None
     if expect is not None:
+        if enc.layouts != expect.layouts:
+            raise CheckpointError(f"{path}: checkpoint layouts {list(enc.layouts)} differ from the config's "
+                                  f"{list(expect.layouts)} (policy.shape.layouts)")
         if enc.menu != expect.menu:
             raise CheckpointError(f"{path}: checkpoint menu {list(enc.menu)} differs from the config's "
                                   f"{list(expect.menu)} (policy.shape.menu_workers / menu_ps)")
@@ -215,11 +243,21 @@ def numpy_policy(net):
 
 
 def load_shape_policy(path: str | Path, cfg) -> ShapePolicyNet:
-    """The shape network of a checkpoint, checked against ``cfg``'s menu and job-type catalogue."""
+    """The shape network of a checkpoint, checked against ``cfg``'s menu and job-type catalogue. Its layouts
+    are its own (``meta.layouts``: whether it places each job by its row's placer), whatever ``cfg``'s
+    ``policy.shape.layouts`` says: a deployed policy decides as it was trained and tested."""
     trained_on, names = checkpoint_catalogue(path), tuple(cfg.catalogue.names)
     if trained_on != names:
         raise CheckpointError(f"{path}: checkpoint was trained on job types {list(trained_on)}, "
                               f"the config has {list(names)}")
+    try:
+        layouts = _layouts(read_checkpoint_doc(path).get("meta", {}).get("layouts", []))
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: not a dl2ray shape checkpoint (meta: {exc!r})") from None
+    shape = cfg.policy.shape
+    if layouts != tuple(shape.layouts):
+        policy = cfg.policy.model_copy(update={"shape": shape.model_copy(update={"layouts": layouts})})
+        cfg = cfg.model_copy(update={"policy": policy})
     return load_shape_checkpoint(path, expect=ShapeEncoding.from_config(cfg)).policy
 
 

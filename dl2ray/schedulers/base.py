@@ -29,17 +29,22 @@ class Scheduler(Protocol):
 Factory = Callable[[str | None, object], Scheduler]
 _REGISTRY: dict[str, Callable[[], Factory]] = {}
 _REFERENCES: set[str] = set()
+_DEPRECATED: set[str] = set()
 
 
-def register(name: str, loader: Callable[[], Factory], reference: bool = False) -> None:
+def register(name: str, loader: Callable[[], Factory], reference: bool = False,
+             deprecated: bool = False) -> None:
     """Add scheduler ``name``. A ``reference`` reads the simulator's truth (it is never deployable) and is
     built with the whole config; every other scheduler gets the operator's config
-    (:func:`dl2ray.knowledge.operator_config`), in which the truth cannot be read."""
+    (:func:`dl2ray.knowledge.operator_config`), in which the truth cannot be read. A ``deprecated`` name
+    (an old name kept for scripts; its loader warns) still builds but is not listed."""
     _REGISTRY[name] = loader
     if reference:
         _REFERENCES.add(name)
     else:
         _REFERENCES.discard(name)
+    if deprecated:
+        _DEPRECATED.add(name)
 
 
 def _reads_truth(key: str) -> bool:
@@ -58,25 +63,32 @@ def is_reference(spec: str) -> bool:
 
 
 def scheduler_names() -> list[str]:
+    """Every registered scheduler but the deprecated names."""
     _load_builtin()
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) - _DEPRECATED)
 
 
-def make_scheduler(spec: str, cfg: object) -> Scheduler:
-    """Build a scheduler from ``name`` or ``name:argument`` (e.g. ``dl2:models/x.pt``)."""
+def make_scheduler(spec: str, cfg: object, placement: str | None = None) -> Scheduler:
+    """Build a scheduler from ``name`` or ``name:argument`` (e.g. ``dl2:models/x.pt``), deciding under
+    ``placement`` (``own``: the policy its paper defines; a policy name: that placer; None: the config's
+    ``cluster.placement``, ``own`` without a config) — :mod:`dl2ray.schedulers.placed`."""
+    from dl2ray.schedulers.placed import OWN, with_placement
+
     _load_builtin()
     name, _, arg = spec.partition(":")
     key = name.strip().lower()
     loader = _REGISTRY.get(key)
     if loader is None:
-        raise UserError(f"unknown scheduler {name!r}; known: {sorted(_REGISTRY)}")
+        raise UserError(f"unknown scheduler {name!r}; known: {scheduler_names()}")
+    cluster = getattr(cfg, "cluster", None)
+    choice = placement or str(getattr(cluster, "placement", OWN))
     if not _reads_truth(key) and cfg is not None:
         from dl2ray.config import ExperimentConfig
         from dl2ray.knowledge import operator_config
 
         if isinstance(cfg, ExperimentConfig):
             cfg = operator_config(cfg)
-    return loader()(arg or None, cfg)
+    return with_placement(loader()(arg or None, cfg), choice)
 
 
 PLUGIN_GROUP = "dl2ray.schedulers"

@@ -19,13 +19,21 @@ def register_builtin(register: Callable[..., None]) -> None:
 
         return lambda arg, cfg: StaticDRF()
 
-    def oracle():
-        from dl2ray.schedulers.oracle import Oracle
+    def optimus_truth():
+        from dl2ray.schedulers.optimus_truth import OptimusTruth
 
-        return lambda arg, cfg: Oracle.from_config(cfg)
+        return lambda arg, cfg: OptimusTruth.from_config(cfg)
+
+    def oracle():  # the name optimus-truth had until issue 36: it promised an optimum it is not
+        import warnings
+
+        warnings.warn("scheduler 'oracle' is now called 'optimus-truth' (Optimus's greedy on the true "
+                      "surfaces, not an optimum); the old name will go", FutureWarning, stacklevel=2)
+        return optimus_truth()
 
     register("drf-static", drf_static)
-    register("oracle", oracle, reference=True)
+    register("optimus-truth", optimus_truth, reference=True)
+    register("oracle", oracle, reference=True, deprecated=True)
     # fifo/srtf/tetris give a job at most its requested size; *-published fill it to its caps.
     for name in _SIZED:
         register(name, _sized(name, requested=True))

@@ -29,16 +29,21 @@ class DL2Scheduler:
     """``decide(view)``: greedy (default) or sampled actions of the policy at ``policy_path``.
 
     Sampling draws from a generator seeded by ``(seed, run seed)`` at every
-    :meth:`reset`, so a run is reproducible.
+    :meth:`reset`, so a run is reproducible. ``placement``: the placer it decides under as its own
+    (:mod:`dl2ray.schedulers.placed`) — the checkpoint's ``meta.placer``, chosen on validation when it
+    was shipped (``dl2ray train ship --placer``); ``load_balancing`` for a checkpoint without one (every
+    policy before issue 36 was trained and selected under it).
     """
 
     name = "dl2"
+    placement = "load_balancing"
 
     def __init__(self, policy_path: str | None, cfg, greedy: bool = True, seed: int = 0) -> None:
         if not policy_path:
             raise UserError("dl2 needs a policy checkpoint: dl2:PATH (e.g. dl2:models/dl2-testbed.pt)")
-        from dl2ray.policy.shape_net import checkpoint_arch
+        from dl2ray.policy.shape_net import checkpoint_arch, checkpoint_placer
 
+        self.placement = checkpoint_placer(policy_path)
         if checkpoint_arch(policy_path) == "shape":
             from dl2ray.policy.shape_net import NumpyShapePolicy, load_shape_policy
 
@@ -62,7 +67,8 @@ class DL2Scheduler:
     @classmethod
     def from_policy(cls, policy, greedy: bool = True, seed: int = 0) -> DL2Scheduler:
         """From an in-memory :class:`~dl2ray.policy.network.NumpyPolicy` or
-        :class:`~dl2ray.policy.shape_net.NumpyShapePolicy` (e.g. during training)."""
+        :class:`~dl2ray.policy.shape_net.NumpyShapePolicy` (e.g. during training; it decides under the
+        view's placement, the training config's ``cluster.default_placement``)."""
         self = cls.__new__(cls)
         self._init(policy, greedy, seed)
         return self

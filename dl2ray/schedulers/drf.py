@@ -17,6 +17,7 @@ from dl2ray.view import Allocation, ClusterView
 
 class DRF:
     name = "drf"
+    placement = "load_balancing"  # the DL2 paper's cluster default, under which it ran DRF
 
     def decide(self, view: ClusterView) -> Allocation:
         placer = view.placer()

@@ -26,6 +26,7 @@ from dl2ray.view import Allocation, ClusterView, JobView
 
 class StaticDRF:
     name = "drf-static"
+    placement = "load_balancing"  # the DL2 paper's cluster default, under which it ran DRF
 
     def decide(self, view: ClusterView) -> Allocation:
         placer = view.placer()

@@ -16,6 +16,8 @@ from dl2ray.view import Allocation, ClusterView
 
 
 class FIFO:
+    placement = "load_balancing"  # the DL2 paper's cluster default, under which it ran FIFO
+
     def __init__(self, requested: bool = True) -> None:
         self.requested = requested
         self.name = "fifo" if requested else "fifo-published"

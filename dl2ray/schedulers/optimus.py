@@ -57,6 +57,7 @@ class Optimus:
     """``per_job``: fit each job's speed (the paper); False: one fit per job type (``optimus:type``)."""
 
     name = "optimus"
+    placement = "optimus"  # its paper's principle: a job's PS and workers spread evenly over the fewest nodes
 
     def __init__(self, convergence_gap: float = DEFAULT_GAP, per_job: bool = True) -> None:
         if not 0 < convergence_gap < 1:

@@ -105,6 +105,8 @@ class Planner:
 
     name = "planner"
     reference = False
+    placement = "optimus"
+    """Its own placement, chosen on validation (docs/RESULTS.md, "Placement"; bench_placers.py)."""
 
     def __init__(self, cost: Cost) -> None:
         self.cost = cost

@@ -20,6 +20,8 @@ from dl2ray.view import Allocation, ClusterView
 
 
 class SRTF:
+    placement = "load_balancing"  # the DL2 paper's cluster default, under which it ran SRTF
+
     def __init__(self, requested: bool = True) -> None:
         self.requested = requested
         self.name = "srtf" if requested else "srtf-published"

@@ -7,8 +7,9 @@ One bundle (1 worker + 1 PS) at a time goes to the job with the highest
 
 - alignment ``a_j = Σ_r (d_r / C_r)(F_r / C_r)`` summed over the bundle's two
   tasks, with ``d`` the task's demand and ``F``/``C`` the free resources and
-  the capacity of the node the configured placement policy would put that
-  task on (Placer.peek);
+  the capacity of the node the placement puts that task on (Placer.peek):
+  under its own placement (``tetris``) the best-aligned node, so ``a_j`` is
+  the paper's best (task, machine) alignment;
 - remaining-time preference ``p_j = (1 / T_j) / max_k (1 / T_k)`` in (0, 1],
   with ``T_j`` the estimated remaining time
   (:class:`~dl2ray.schedulers.observed.RemainingTime`): shorter first;
@@ -35,6 +36,8 @@ Key = tuple[tuple[float, ...], tuple[float, ...]]
 
 
 class Tetris:
+    placement = "tetris"  # its alignment score (Grandl et al. §3.2): the node whose free resources align best
+
     def __init__(self, requested: bool = True) -> None:
         self.requested = requested
         self.name = "tetris" if requested else "tetris-published"

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from dl2ray.config import ConfigError, ExperimentConfig, load_config
-from dl2ray.speed import SpeedModel, load_surfaces
+from dl2ray.speed import SpeedModel, config_placement, load_surfaces
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -35,7 +35,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="seed of every rando
 def measured_speed(cfg: ExperimentConfig) -> SpeedModel:
     """The measured-speed model of ``cfg``'s catalogue and shipped surfaces."""
     try:
-        return SpeedModel(cfg.catalogue, load_surfaces(cfg.surfaces_dir))
+        return SpeedModel(cfg.catalogue, load_surfaces(cfg.surfaces_dir), placement=config_placement(cfg))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"speed.surfaces: {exc}") from None
 

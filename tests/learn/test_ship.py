@@ -10,9 +10,9 @@ from support import run_cli, small_config
 
 from dl2ray import seeds
 from dl2ray.learn.rl import RLOptions, train_rl
-from dl2ray.learn.ship import HEURISTICS, _rl_rows, reproduce, ship
+from dl2ray.learn.ship import HEURISTICS, _rl_rows, replace_test_section, reproduce, retest, ship
 from dl2ray.learn.sl import SLRun, run_sl
-from dl2ray.policy.network import load_checkpoint
+from dl2ray.policy.network import load_checkpoint, set_checkpoint_placer
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
@@ -41,14 +41,45 @@ def test_ship_writes_checkpoint_record_and_card(tmp_path):
     assert rec["test_seeds"] == seeds.test(2)
     assert rec["sl"]["teacher"] == "drf" and rec["rl"]["updates"] == 2
     names = [r["scheduler"] for r in rec["test_results"]]
-    assert names == [*HEURISTICS, "planner-truth", "oracle", "dl2 (dl2-tiny)", "lower-bound"]
+    assert names == [*HEURISTICS, "planner-truth", "optimus-truth", "dl2 (dl2-tiny)", "lower-bound"]
     card = shipped.card.read_text()
     for name in names:
-        ref = " *(reference, not deployable)*" if name in ("planner-truth", "oracle", "lower-bound") else ""
+        refs = ("planner-truth", "optimus-truth", "lower-bound")
+        ref = " *(reference, not deployable)*" if name in refs else ""
         assert f"| {name}{ref} |" in card
     assert "## What it knows" in card and "/ planner" in card
     assert "teacher `drf`" in card and "2 updates" in card and "algorithm `paper`" in card
     assert f"dl2ray train rl --config tiny.yaml --init {tmp_path / 'sl.pt'} --updates 2" in card
+    assert "| placement |" in card
+
+    # re-measured under another placement: the test section is rewritten, the hand-written ones stay
+    shipped.card.write_text(card + "\n## Notes\n\nwritten by hand\n")
+    set_checkpoint_placer(shipped.checkpoint, "packing")
+    again = retest(TINY, "dl2-tiny", tmp_path / "models", processes=2)
+    rec = json.loads(again.record.read_text())
+    assert [r["censored_avg_jct"] for r in rec["previous_test_results"]] == \
+        [r["censored_avg_jct"] for r in shipped.results]
+    dl2 = next(r for r in rec["test_results"] if r["scheduler"] == "dl2 (dl2-tiny)")
+    assert dl2["placement"] == "packing"
+    text = again.card.read_text()
+    assert text.count("## Test traces") == 1 and "## Notes\n\nwritten by hand" in text
+    assert "| dl2 (dl2-tiny) | see above | packing |" in text
+
+
+def test_replacing_a_cards_test_section_keeps_the_rest():
+    card = "# m\n\n## Training\n\nt\n\n## Test traces (old)\n\n| old |\n\n## Reproduce\n\nr\n"
+    out = replace_test_section(card, ["## Test traces (new)", "", "| new |"])
+    assert out == "# m\n\n## Training\n\nt\n\n## Test traces (new)\n\n| new |\n\n## Reproduce\n\nr\n"
+    assert replace_test_section("# m\n", ["## Test traces (x)"]) == "# m\n\n## Test traces (x)\n"
+
+
+def test_retest_cli_rejects_bad_input(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "train", "retest", "--name", "nope", "--models", str(tmp_path))
+    assert code == 2 and "no such shipped checkpoint" in err
+    (tmp_path / "m.pt").write_bytes(b"")
+    code, _, err = run_cli(capsys, "train", "retest", "--name", "m", "--models", str(tmp_path), "--placer",
+                           "spread", "--config", "configs/testbed.yaml")
+    assert code == 2 and "--placer: 'spread'" in err
 
 
 def test_ship_cli_rejects_bad_input(tmp_path, capsys):

@@ -100,7 +100,7 @@ def test_the_operator_config_hides_every_truth_field(realistic):
 
 
 def test_references_are_registered_as_such():
-    references = ("oracle", "planner-truth", "planner-truth:optimus-fit", "lif-linear")
+    references = ("optimus-truth", "oracle", "planner-truth", "planner-truth:optimus-fit", "lif-linear")
     assert all(is_reference(n) for n in references)
     deployable = ("planner", "optimus", "drf", "dl2:x.pt", "lb-place", "pack-place")
     assert not any(is_reference(n) for n in deployable)
@@ -130,7 +130,7 @@ def test_no_deployable_scheduler_opens_a_truth_file(tmp_path):
     truth = str(cfg.surfaces_dir.resolve())
     sim = build_simulator(cfg)
     names = _deployable(cfg, tmp_path)
-    for name in [*names, "planner-truth", "oracle"]:
+    for name in [*names, "planner-truth", "optimus-truth"]:
         with _opened() as files:
             sched = make_scheduler(name, cfg)
             view = sim.reset(2_000_001)

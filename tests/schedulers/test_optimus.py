@@ -129,7 +129,8 @@ def test_no_gain_means_no_extra_tasks(make_job, make_view, testbed):
 def test_registry_builds_optimus_with_the_configured_gap(testbed):
     cfg = testbed.model_copy(update={"sim": testbed.sim.model_copy(update={"convergence_gap": 0.05})})
     sched = make_scheduler("optimus", cfg)
-    assert isinstance(sched, Optimus) and sched.gap == 0.05
+    assert isinstance(sched.inner, Optimus) and sched.gap == 0.05
+    assert sched.placement == "optimus"  # its paper's placement, the registry's default
 
 
 class _GuardedSpeed(SpeedModel):

@@ -34,12 +34,29 @@ def test_every_served_heuristic_decides_like_a_fresh_instance(endpoint, views, t
     names = [n for n in requests.get(f"{endpoint.url}/v1/policy").json()["schedulers"] if n != "dl2"]
     assert {"drf", "fifo", "srtf", "tetris", "optimus"} <= set(names)
     for name in names:
-        client = ServeScheduler(endpoint.url, name)
+        client = ServeScheduler(endpoint.url, name)  # the server decides under each view's placement
         for view in views:
-            served, mine = client.decide(view), make_scheduler(name, testbed).decide(view)
+            served, mine = client.decide(view), make_scheduler(name, testbed, view.placement).decide(view)
             assert list(served.tasks.items()) == list(mine.tasks.items()), name
             assert served.placement == mine.placement, name
         assert client.last_version == f"heuristic:{name}"
+
+
+def test_served_schedulers_place_as_their_own_unless_the_view_names_a_placement(endpoint, views, testbed):
+    """Every served scheduler's own placement is in PolicyInfo; ``serve:URL`` takes it as its own, and a
+    request's view placement forces another on the server."""
+    placements = requests.get(f"{endpoint.url}/v1/policy").json()["placements"]
+    assert placements["optimus"] == "optimus" and placements["tetris"] == "tetris"
+    assert placements["drf"] == "load_balancing"
+    assert placements["dl2"] == DL2Scheduler(str(SHIPPED), testbed).placement
+    client = make_scheduler(f"serve:{endpoint.url}?scheduler=optimus", testbed)
+    assert client.placement == "optimus"
+    view = views[-1]
+    local = make_scheduler("optimus", testbed)
+    assert client.decide(view).placement == local.decide(view).placement
+    forced = make_scheduler(f"serve:{endpoint.url}?scheduler=optimus", testbed, "packing")
+    local = make_scheduler("optimus", testbed, "packing")
+    assert forced.decide(view).placement == local.decide(view).placement
 
 
 def test_policy_health_and_openapi(endpoint):

@@ -10,12 +10,12 @@ def _speed(oracle, job, t):
 
 
 def test_built_from_the_config_and_marked_as_reference(testbed):
-    oracle = make_scheduler("oracle", testbed)
-    assert oracle.name == "oracle" and oracle.reference is True
+    oracle = make_scheduler("optimus-truth", testbed)
+    assert oracle.name == "optimus-truth" and oracle.reference is True
 
 
 def test_a_lone_job_gets_a_shape_no_single_task_improves(make_job, make_view, testbed, speed_model):
-    oracle = make_scheduler("oracle", testbed)
+    oracle = make_scheduler("optimus-truth", testbed)
     for name in ("wlm", "resnet-50", "dssm"):
         job = make_job(0, name)
         t = oracle.decide(make_view([job], nodes=30)).tasks[0]
@@ -31,5 +31,5 @@ def test_a_lone_job_gets_a_shape_no_single_task_improves(make_job, make_view, te
 
 
 def test_wlm_goes_ps_heavy_on_the_measured_surface(make_job, make_view, testbed):
-    t = make_scheduler("oracle", testbed).decide(make_view([make_job(0, "wlm")], nodes=30)).tasks[0]
+    t = make_scheduler("optimus-truth", testbed).decide(make_view([make_job(0, "wlm")], nodes=30)).tasks[0]
     assert t.ps > t.workers

@@ -1,4 +1,8 @@
-"""Oracle: Optimus's greedy on the simulator's *true* speed surfaces — a reference, not deployable.
+"""``optimus-truth``: Optimus's greedy on the simulator's *true* speed surfaces — a reference, not deployable.
+
+(Called ``oracle`` until issue 36; that name still works and warns. It is no
+optimum: a greedy heuristic handed the true type surfaces, weaker than the
+planner on the shipped configs.)
 
 It is :class:`~dl2ray.schedulers.optimus.Optimus`'s allocation (every job, in
 arrival order, gets 1 worker + 1 PS while they fit; then, repeatedly, the one
@@ -22,12 +26,13 @@ from __future__ import annotations
 
 from dl2ray.errors import UserError
 from dl2ray.schedulers.optimus import Greedy
-from dl2ray.speed import SpeedModel, load_surfaces
+from dl2ray.speed import SpeedModel, config_placement, load_surfaces
 from dl2ray.view import Allocation, ClusterView
 
 
-class Oracle:
-    name = "oracle"
+class OptimusTruth:
+    name = "optimus-truth"
+    placement = "optimus"  # Optimus's rule, with its placement
     reference = True
 
     def __init__(self, speed: SpeedModel) -> None:
@@ -35,11 +40,12 @@ class Oracle:
         self._cost: dict[tuple[int, int, int], float] = {}
 
     @classmethod
-    def from_config(cls, cfg) -> Oracle:
+    def from_config(cls, cfg) -> OptimusTruth:
         if cfg is None:
-            raise UserError("oracle reads the config's speed model: give a config")
+            raise UserError("optimus-truth reads the config's speed model: give a config")
         surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
-        return cls(SpeedModel(cfg.catalogue, surfaces, cfg.speed.model, cfg.speed.placement_aware))
+        return cls(SpeedModel(cfg.catalogue, surfaces, cfg.speed.model, cfg.speed.placement_aware,
+                              config_placement(cfg)))
 
     def seconds_per_epoch(self, t: int, p: int, w: int) -> float:
         """``1 / f_t(p, w)`` (s per epoch) from the true nominal speed; cached."""
