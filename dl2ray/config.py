@@ -281,7 +281,7 @@ class ShapeConfig(_Frozen):
         default=False, description="describe jobs by the operator's profile instead of a job-type one-hot: "
         "per job its estimated slots to finish and its observed speed over the profile's, per menu row its "
         "profiled speed-up and time to finish (dl2ray.policy.shape); the policy runs on unseen job types")
-    layouts: tuple[Literal["load_balancing", "packing", "tetris"], ...] = Field(
+    layouts: tuple[PlacementName, ...] = Field(
         default=(), description="placement as the policy's decision: every (w, p) of the menu comes once per "
         "placer named here and a job's tasks go where its row's placer puts them (e.g. [load_balancing, "
         "packing]: spread or packed, per job); empty: every job's tasks go by the view's placer "

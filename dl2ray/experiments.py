@@ -118,7 +118,8 @@ def run_one(
     result = run_episode(sim, scheduler, spec.seed)
     return RunOutcome(
         spec.scheduler, spec.seed, summarize_run(result), result.jct,
-        result if keep_result else None, str(getattr(scheduler, "placement", "")),
+        result if keep_result else None,
+        str(getattr(scheduler, "placement_label", None) or getattr(scheduler, "placement", "")),
     )
 
 

@@ -42,15 +42,21 @@ class SlotSample:
     actions: np.ndarray
 
 
-def teacher_sample(view: ClusterView, enc: ShapeEncoding, allocation) -> SlotSample:
-    """The slot ``view`` labelled with the menu rows nearest to ``allocation``'s task counts (and, with
-    layouts, of the layout nearest to where the teacher put the job's tasks: :func:`layout_label`)."""
+def teacher_sample(view: ClusterView, enc: ShapeEncoding, allocation,
+                   placer: str | None = None) -> SlotSample:
+    """The slot ``view`` labelled with the menu rows nearest to ``allocation``'s task counts; with layouts,
+    of the teacher's own placer ``placer`` when it is one of them, else of the layout nearest to where the
+    teacher put the job's tasks (:func:`layout_label`)."""
     x, g = job_features(view, enc)
     placed = allocation.placement or {}
     node = largest_node(view.capacity)
-    labels = np.array([enc.nearest(*_counts(allocation, j.job_id),
-                                   layout=layout_label(enc, j, placed.get(j.job_id), node))
-                       for j in view.jobs], dtype=np.int64)
+    if placer in enc.layouts:
+        labels = np.array([enc.nearest(*_counts(allocation, j.job_id), layout=enc.layouts.index(placer))
+                           for j in view.jobs], dtype=np.int64)
+    else:
+        labels = np.array([enc.nearest(*_counts(allocation, j.job_id),
+                                       layout=layout_label(enc, j, placed.get(j.job_id), node))
+                           for j in view.jobs], dtype=np.int64)
     masks = cap_mask(view, enc)
     masks[:, 0] = True
     labels = np.where(masks[np.arange(len(labels)), labels], labels, 0)
@@ -107,7 +113,7 @@ def _record(cfg: ExperimentConfig, teacher: str, enc: ShapeEncoding, trace_seeds
                 break
             label = sched.decide(view)
             if view.jobs:
-                out.append(teacher_sample(view, enc, label))
+                out.append(teacher_sample(view, enc, label, getattr(sched, "placement", None)))
             view = sim.step(label if act is None else act(view, label)).view
         if on_trace:
             on_trace()

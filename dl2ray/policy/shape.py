@@ -238,7 +238,7 @@ def layout_gain_grid(catalogue, capacity: np.ndarray, enc: ShapeEncoding) -> np.
     published analytic PS model on the catalogue's constants (model size, compute time, bandwidths: what
     an operator knows, not the simulator's calibrated truth). The row's layout is where its placer puts
     its tasks (worker, PS, worker, …) on empty nodes of the cluster's largest capacity; wait is 0."""
-    from dl2ray.cluster import Placer
+    from dl2ray.cluster import make_placer
     from dl2ray.speed import analytic_iteration_time, layout_of, spread_layout
 
     node = largest_node(capacity)
@@ -248,7 +248,7 @@ def layout_gain_grid(catalogue, capacity: np.ndarray, enc: ShapeEncoding) -> np.
         for k in range(1, enc.num_shapes):
             w, p = enc.menu[k]
             nodes = np.tile(node, (w + p, 1))
-            placer = Placer(nodes, nodes, (wd, pd), enc.layout_modes[enc.row_layouts[k]])
+            placer = make_placer(nodes, nodes, enc.layouts[enc.row_layouts[k]], catalogue)
             for i in range(max(w, p)):
                 if i < w:
                     placer.place(0, "worker", wd)
@@ -265,8 +265,9 @@ def layout_gain_grid(catalogue, capacity: np.ndarray, enc: ShapeEncoding) -> np.
 
 def layout_label(enc: ShapeEncoding, job: JobView, placement: JobPlacement | None, node: np.ndarray) -> int:
     """The layout (index of ``enc.layouts``) closest to where a teacher put ``job``'s tasks: a placer that
-    spreads (load_balancing, tetris) is expected on one node per task, ``packing`` on the fewest nodes of
-    capacity ``node`` (shape (3,)) the tasks fill; ties go to the first layout. 0 without layouts or tasks."""
+    spreads (load_balancing, tetris) is expected on one node per task, ``packing`` and ``optimus`` on the
+    fewest nodes of capacity ``node`` (shape (3,)) the tasks fill; ties go to the first layout. 0 without
+    layouts or tasks."""
     if len(enc.layouts) < 2 or placement is None:
         return 0
     w, p = len(placement.worker_nodes), len(placement.ps_nodes)
@@ -275,7 +276,7 @@ def layout_label(enc: ShapeEncoding, job: JobView, placement: JobPlacement | Non
     used = len(set(placement.worker_nodes) | set(placement.ps_nodes))
     need = w * job.worker_demand + p * job.ps_demand
     fewest = max(1, int(np.ceil(np.max(np.divide(need, node, out=np.zeros(3), where=node > 0)))))
-    expected = [fewest if name == "packing" else w + p for name in enc.layouts]
+    expected = [fewest if name in ("packing", "optimus") else w + p for name in enc.layouts]
     return int(np.argmin([abs(used - e) for e in expected]))
 
 
@@ -477,7 +478,34 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     if enc.interleaved:
         n_placed = _interleave((cap, free0, inv, modes), dem, wkey, pkey, order, rows[actions], tasks, placed)
     allocation = placed_allocation(view, placed[:n_placed], relayout=not enc.layouts)
+    if "optimus" in enc.layouts:
+        allocation = _optimus_rows(view, enc, allocation, actions)
     return ShapeDecision(allocation, order, masks, actions, tasks)
+
+
+def _optimus_rows(view: ClusterView, enc: ShapeEncoding, allocation: Allocation, actions: np.ndarray
+                  ) -> Allocation:
+    """The jobs whose rows chose the ``optimus`` layout laid out again by the Optimus principle
+    (:func:`dl2ray.cluster.final_layout`) on what the other jobs left free, as the ``optimus`` placer lays
+    out all of them; their tasks were placed fullest-node-first, as that placer places while deciding."""
+    from dl2ray.cluster import final_layout, node_usage
+
+    opt = enc.layouts.index("optimus")
+    placed = allocation.placement or {}
+    chosen = {j.job_id for g, j in enumerate(view.jobs)
+              if enc.row_layouts[actions[g]] == opt and j.job_id in allocation.tasks}
+    if not chosen:
+        return allocation
+    jobs = {j.job_id: j for j in view.jobs}
+    others = Allocation({i: t for i, t in allocation.tasks.items() if i not in chosen},
+                        {i: p for i, p in placed.items() if i not in chosen})
+    free = view.free - node_usage(view.capacity, others, lambda i: (jobs[i].worker_demand, jobs[i].ps_demand))
+    mine = Allocation({i: t for i, t in allocation.tasks.items() if i in chosen},
+                      {i: p for i, p in placed.items() if i in chosen})
+    demands = {i: (jobs[i].worker_demand if t.workers else None, jobs[i].ps_demand if t.ps else None)
+               for i, t in mine.tasks.items()}
+    relaid = final_layout("optimus", free, mine, demands).placement or {}
+    return Allocation(dict(allocation.tasks), {i: relaid.get(i, placed.get(i)) for i in allocation.tasks})
 
 
 @njit(cache=True)

@@ -166,8 +166,8 @@ def _layouts(names: object) -> tuple[str, ...]:
     if not isinstance(names, list | tuple):
         raise ValueError(f"layouts: {names!r}: a list of placers")
     out = tuple(str(x) for x in names)
-    if any(x not in PLACEMENTS or x == "optimus" for x in out) or len(set(out)) != len(out):
-        raise ValueError(f"layouts: {list(out)}: distinct placers other than optimus")
+    if any(x not in PLACEMENTS for x in out) or len(set(out)) != len(out):
+        raise ValueError(f"layouts: {list(out)}: distinct placers of {', '.join(PLACEMENTS)}")
     return out
 
 

@@ -85,6 +85,14 @@ class DL2Scheduler:
             path.write_bytes(data)
             return cls(str(path), cfg, greedy, seed)
 
+    @property
+    def placement_label(self) -> str:
+        """What a table's ``placement`` column says of this policy: ``policy(a|b|…)`` when it places every
+        job by its own row's layout (``policy.shape.layouts``; the view's placer then plays no part, a
+        forced one included), else the placer it decides under."""
+        layouts = getattr(self.enc, "layouts", ())
+        return f"policy({'|'.join(layouts)})" if layouts else self.placement
+
     def reset(self, seed: int) -> None:
         self._rng = np.random.default_rng([self._seed, seed])
 

@@ -71,6 +71,13 @@ class Placed:
             raise AttributeError(attr)
         return getattr(self.inner, attr)
 
+    @property
+    def placement_label(self) -> str:
+        """The placement a table names for this scheduler: the inner scheduler's own label when it places
+        by its own decisions (a DL2 policy with layouts), else :attr:`placement`."""
+        label = getattr(self.inner, "placement_label", None)
+        return self.placement if label is None or not label.startswith("policy(") else str(label)
+
     def __repr__(self) -> str:
         return f"Placed({self.inner!r}, {self.placement!r})"
 

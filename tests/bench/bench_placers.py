@@ -4,7 +4,7 @@ For each ``--placers`` entry (``own`` and the policies of :data:`dl2ray.cluster.
 ``--schedulers`` entry runs on the same traces (seeds ``--seed ..``, the true simulator) forced onto that
 placer (``dl2ray compare --placement P``). Per (scheduler, placer): average JCT, mean ± 95 % Student-t
 half-width over the traces, and the paired ratio (per trace, mean ± half-width) to ``--baseline`` (a
-``scheduler@placer`` pair, default the first scheduler under its own placement). ``best`` names each
+``scheduler@placer`` pair, default the first scheduler under the first placer). ``best`` names each
 scheduler's placer of lowest mean JCT: what the planner and a DL2 checkpoint are given as their own
 (``planner``'s class attribute; ``dl2ray train ship|retest --placer``), chosen on validation seeds
 (:func:`dl2ray.seeds.validation`, 2,000,000 onwards), never on test seeds.
@@ -48,7 +48,7 @@ def run(config: str | None, schedulers: list[str], placers: list[str], seeds: li
             used[s][placer] = comp.runs[s][0].placement
         print(f"[bench_placers] {placer}: done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
               flush=True)
-    base_s, _, base_p = (baseline or f"{schedulers[0]}@own").partition("@")
+    base_s, _, base_p = (baseline or f"{schedulers[0]}@{placers[0]}").partition("@")
     if base_s not in jct or base_p not in jct[base_s]:
         raise UserError(f"--baseline {baseline!r}: not among the schedulers and placers run")
     base = jct[base_s][base_p]
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placers", default="own," + ",".join(PLACEMENTS))
     p.add_argument("--seed", type=int, default=2_000_000, help="first trace seed (validation: 2000000)")
     p.add_argument("--traces", type=int, default=5)
-    p.add_argument("--baseline", default=None, help="scheduler@placer (default: the first scheduler @own)")
+    p.add_argument("--baseline", default=None, help="scheduler@placer (default: the first of each)")
     p.add_argument("--processes", type=int, default=None)
     p.add_argument("--trace", default=None, help="a fixed Parquet trace (the seeds then drive the noise)")
     a = p.parse_args(argv)

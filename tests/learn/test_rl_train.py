@@ -80,7 +80,7 @@ def test_rl_from_sl_init_end_to_end_and_resume(tmp_path):
     doc = json.loads(out.with_suffix(".json").read_text())
     assert doc["seed"] == 0 and doc["config"]["policy"]["window"] == 6 and len(doc["history"]) == 4
     assert doc["train_seeds"] == seeds.training(3)
-    # the `dl2:` scheduler runs the checkpoint (a 4-update paper policy need not finish every job: it may idle)
+    # the `dl2:` scheduler runs the checkpoint (a 4-update paper policy may idle, leaving jobs unfinished)
     m = summarize_run(run_episode(build_simulator(TINY), make_scheduler(f"dl2:{out}", TINY), 5))
     assert m["jobs"] == TINY.workload.num_jobs and m["completed"] >= 1
     # resuming continues the update count and the history

@@ -56,7 +56,7 @@ def test_the_menu_repeats_every_shape_once_per_layout():
     assert TWO.nearest(0, 3, layout=1) == 0
 
 
-@pytest.mark.parametrize("placer", ["load_balancing", "packing", "tetris"])
+@pytest.mark.parametrize("placer", ["load_balancing", "packing", "tetris", "optimus"])
 @settings(max_examples=25, deadline=None)
 @given(nodes=st.integers(1, 5), types=st.lists(st.integers(0, L - 1), max_size=7), net=st.integers(0, 2),
        seed=st.integers(0, 2**16), interleaved=st.booleans())
@@ -128,10 +128,15 @@ def test_checkpoints_carry_their_layouts_and_deploy_with_them(tmp_path):
     assert loaded.enc.layouts == ("load_balancing", "packing") and loaded.enc.num_shapes == enc.num_shapes
     with pytest.raises(CheckpointError, match="layouts"):
         load_shape_checkpoint(path, expect=ShapeEncoding.from_config(cfg))
+    from dl2ray.schedulers.base import make_scheduler
+
+    for forced in (None, "packing"):  # it places by its own rows: tables say so, forced or not
+        assert make_scheduler(f"dl2:{path}", cfg, forced).placement_label == "policy(load_balancing|packing)"
+    assert make_scheduler("optimus", cfg, "packing").placement_label == "packing"
     import torch
 
     doc = read_checkpoint_doc(path)
-    doc["meta"]["layouts"] = ["optimus"]
+    doc["meta"]["layouts"] = ["spread"]
     torch.save(doc, path)
     with pytest.raises(CheckpointError, match="layouts"):
         load_shape_policy(path, cfg)
