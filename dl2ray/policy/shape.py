@@ -505,7 +505,7 @@ def _optimus_rows(view: ClusterView, enc: ShapeEncoding, allocation: Allocation,
     demands = {i: (jobs[i].worker_demand if t.workers else None, jobs[i].ps_demand if t.ps else None)
                for i, t in mine.tasks.items()}
     relaid = final_layout("optimus", free, mine, demands).placement or {}
-    return Allocation(dict(allocation.tasks), {i: relaid.get(i, placed.get(i)) for i in allocation.tasks})
+    return Allocation(dict(allocation.tasks), {**placed, **relaid})
 
 
 @njit(cache=True)
