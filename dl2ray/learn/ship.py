@@ -114,7 +114,7 @@ def ship(cfg: ExperimentConfig, config_path: str, run: Path, name: str, models: 
     record.write_text(json.dumps({"name": name, "config_file": config_path, "rl": rl, "sl": sl,
                                   "test_seeds": test, "test_trace": str(trace_path) if trace_path else None,
                                   "test_results": rows}, indent=1) + "\n", encoding="utf-8")
-    card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test, trace_path),
+    card.write_text(model_card(name, config_path, str(run), rl, sl, rows, test, trace_path, placer),
                     encoding="utf-8")
     return Shipped(pt, record, card, rows)
 
@@ -205,7 +205,7 @@ def _fmt_hours(seconds: float) -> str:
 
 
 def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict | None, rows: list[dict],
-               test: list[int], trace_path: Path | None = None) -> str:
+               test: list[int], trace_path: Path | None = None, placer: str | None = None) -> str:
     """The card's Markdown (see the module docstring)."""
     src = rl if rl is not None else sl or {}
     best = (rl or {}).get("best") or {}
@@ -243,7 +243,7 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
     else:
         lines += _rl_rows(rl, opts, policy, best)
     lines += ["", "## What it knows", "", _knowledge(policy), "", *card_test_section(rows, test, trace_path)]
-    commands = reproduce(name, config_path, run, rl, sl, len(test), trace_path)
+    commands = reproduce(name, config_path, run, rl, sl, len(test), trace_path, placer)
     lines += ["", "## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(lines)
 
@@ -340,8 +340,9 @@ def _sl_schedule(run: dict) -> str:
 
 
 def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict | None,
-              test_traces: int, trace_path: Path | None = None) -> list[str]:
-    """The commands that rebuild this model from its run records (same seeds → same networks)."""
+              test_traces: int, trace_path: Path | None = None, placer: str | None = None) -> list[str]:
+    """The commands that rebuild this model from its run records (same seeds → same networks);
+    ``placer``: the ``--placer`` it was shipped with, if one was named."""
     cmds = []
     if sl is not None:
         r = sl["run"]
@@ -366,6 +367,7 @@ def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict |
                     f"--traces {o.get('traces')} --val-traces {o.get('val_traces')} "
                     f"--val-every {o.get('val_every')} --seed {rl.get('seed')} --out {run}")
     trace = f" --trace {trace_path}" if trace_path else ""
+    trace += f" --placer {placer}" if placer else ""
     cmds.append(f"dl2ray train ship --config {config_path} --run {run} --name {name} "
                 f"--test-traces {test_traces}{trace}")
     return cmds

@@ -14,8 +14,8 @@ from dl2ray.learn.ship import HEURISTICS, _rl_rows, replace_test_section, reprod
 from dl2ray.learn.sl import SLRun, run_sl
 from dl2ray.policy.network import load_checkpoint, set_checkpoint_placer
 
-TINY = small_config(
-    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
+TINY = small_config(  # each scheduler under its own placement (the clairvoyant base config pins one)
+    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}], "placement": "own"},
     workload={"num_jobs": 5, "arrivals": {"pattern": "poisson", "rate": 1.0, "max_per_slot": 2}},
     policy={"window": 6, "hidden": [32], "minibatch": 32, "replay_size": 256},
     sim={"max_slots": 150},
@@ -146,3 +146,10 @@ def test_an_sl_run_from_a_student_is_reproduced_with_its_init_rounds_and_rate() 
     fresh = {**run, "dagger": 0, "init": None, "lr": None}
     assert _sl_schedule(fresh) == "10 epochs"
     assert "--init" not in reproduce("m", "c.yaml", "runs/sl.pt", None, {"run": fresh}, 3)[0]
+
+
+def test_a_model_shipped_under_a_named_placer_is_reproduced_with_it() -> None:
+    rl = _record({"algo": "counterfactual", "traces": 100, "val_traces": 5, "val_every": 5})
+    ship_cmd = reproduce("m", "configs/testbed.yaml", "runs/rl.pt", rl, None, 10, placer="optimus")[-1]
+    assert ship_cmd.endswith("--test-traces 10 --placer optimus")
+    assert "--placer" not in reproduce("m", "configs/testbed.yaml", "runs/rl.pt", rl, None, 10)[-1]
