@@ -136,12 +136,13 @@ def test_analytic_placement_keeps_the_old_speeds_exactly(testbed):
     assert alone.batches_per_second(0, ((1, 1), (1, 1))) == 2 / analytic_iteration_time(jt, ((1, 1), (1, 1)))
 
 
-def test_the_default_speed_model_reads_the_shipped_calibration(testbed):
+def test_the_default_speed_model_reads_the_shipped_calibration(testbed, realistic):
     m = SpeedModel(testbed.catalogue, load_surfaces(testbed.surfaces_dir))
     assert m.placement == load_placement(DEFAULT_PLACEMENT_PATH)
     assert m.placement.kind == "calibrated"
-    assert testbed.speed.placement_model == "calibrated"
-    assert testbed.speed.placement_calibration is None  # the shipped file, wherever the config lies
+    assert realistic.speed.placement_model == "calibrated"
+    assert realistic.speed.placement_calibration is None  # the shipped file, wherever the config lies
+    assert testbed.speed.placement_model == "analytic"  # the clairvoyant world keeps its recorded factor
     assert placement_model("calibrated") == load_placement(DEFAULT_PLACEMENT_PATH)
     assert placement_model("analytic") is ANALYTIC_PLACEMENT
     i = testbed.catalogue.index("resnet-50")

@@ -126,8 +126,9 @@ def test_no_gain_means_no_extra_tasks(make_job, make_view, testbed):
     assert alloc.tasks == {0: Tasks(1, 1)}
 
 
-def test_registry_builds_optimus_with_the_configured_gap(testbed):
-    cfg = testbed.model_copy(update={"sim": testbed.sim.model_copy(update={"convergence_gap": 0.05})})
+def test_registry_builds_optimus_with_the_configured_gap(realistic):
+    # the realistic config: each scheduler under its own placement (the clairvoyant one pins a placer)
+    cfg = realistic.model_copy(update={"sim": realistic.sim.model_copy(update={"convergence_gap": 0.05})})
     sched = make_scheduler("optimus", cfg)
     assert isinstance(sched.inner, Optimus) and sched.gap == 0.05
     assert sched.placement == "optimus"  # its paper's placement, the registry's default
