@@ -79,6 +79,12 @@ def comparison_table(comp: Comparison) -> Table:
     return table
 
 
+def markdown_cell(text: object) -> str:
+    """``text`` as one Markdown table cell: its pipes escaped (a layout policy's placement is
+    ``policy(a|b|…)``), so they do not split the row."""
+    return str(text).replace("|", "\\|")
+
+
 def markdown_table(rows: list[dict], baselines: list[str]) -> str:
     """The comparison as a GitHub Markdown table (what docs/RESULTS.md shows): the placement each row
     decided under, avg JCT (censored) ± 95% CI,
@@ -90,9 +96,10 @@ def markdown_table(rows: list[dict], baselines: list[str]) -> str:
         name = str(row["scheduler"]) + (" †" if row.get("reference") else "")
         pairs = [row.get("paired", {}).get(b) or {} for b in baselines]
         jct = f"{_num(row['censored_avg_jct'], '.2f')} ± {_num(row['censored_avg_jct_ci95'], '.2f')}"
-        cells = [name, str(row.get("placement", "")), jct, _num(row["median_jct"], ".2f"),
-                 _num(row["p95_jct"], ".2f"), _num(row["queueing_delay"], ".2f"),
-                 _num(row["gpu_util"], ".2f"), f"{row['completed']:.0f}/{row['jobs']:.0f}",
+        cells = [markdown_cell(name), markdown_cell(row.get("placement", "")), jct,
+                 _num(row["median_jct"], ".2f"), _num(row["p95_jct"], ".2f"),
+                 _num(row["queueing_delay"], ".2f"), _num(row["gpu_util"], ".2f"),
+                 f"{row['completed']:.0f}/{row['jobs']:.0f}",
                  *(f"{_num(p.get('mean'), '.3f')} ± {_num(p.get('ci95'), '.3f')}" for p in pairs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -194,3 +194,16 @@ def test_bad_compare_options_exit_2_in_one_line(capsys, argv, message):
     code, _, err = run_cli(capsys, *argv)
     assert code == 2 and err.strip() == err.strip().splitlines()[0]
     assert err.startswith(message) and "Traceback" not in err
+
+
+def test_a_markdown_row_keeps_its_columns_when_a_cell_holds_a_pipe():
+    from dl2ray.report import markdown_table
+
+    row = {"scheduler": "dl2:m.pt", "placement": "policy(optimus|packing)", "censored_avg_jct": 6.0,
+           "censored_avg_jct_ci95": 0.5, "median_jct": 6.0, "p95_jct": 9.0, "queueing_delay": 0.0,
+           "gpu_util": 0.2, "completed": 30, "jobs": 30, "paired": {"drf": {"mean": 0.4, "ci95": 0.05}}}
+    head, rule, line = markdown_table([row], ["drf"]).splitlines()
+    # a Markdown renderer splits a row on every pipe that is not escaped
+    cells = [c for c in line.replace("\\|", "").split("|")][1:-1]
+    assert len(cells) == head.count("|") - 1 == rule.count("|") - 1
+    assert "policy(optimus\\|packing)" in line

@@ -263,6 +263,8 @@ def _knowledge(policy: dict) -> str:
 
 def _test_table(rows: list[dict]) -> list[str]:
     """The card's test table: every row, what it knows, its JCT and its paired ratios."""
+    from dl2ray.report import markdown_cell
+
     lines = ["avg JCT is the censored average (unfinished jobs counted until the run stopped), mean ± 95% CI "
              "over the traces; `/ X` is the paired ratio: on each trace this row's avg JCT over X's, mean ± "
              "95% CI.", "",
@@ -277,7 +279,8 @@ def _test_table(rows: list[dict]) -> list[str]:
         ratios = " | ".join(f"{p.get('mean', float('nan')):.3f} ± {p.get('ci95', float('nan')):.3f}"
                             for p in pairs)
         jct = f"{r['censored_avg_jct']:.2f} ± {r['censored_avg_jct_ci95']:.2f}"
-        lines.append(f"| {name}{ref} | {knows} | {r.get('placement', '')} | {jct} | {ratios} | "
+        where = markdown_cell(r.get("placement", ""))
+        lines.append(f"| {markdown_cell(name)}{ref} | {knows} | {where} | {jct} | {ratios} | "
                      f"{r['p95_jct']:.2f} | {r['completed']:.1f}/{r['jobs']:.0f} |")
     return lines
 
