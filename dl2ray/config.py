@@ -350,7 +350,7 @@ class PolicyConfig(_Frozen):
     train_world: Literal["truth", "operator"] = Field(
         default="truth", description="the simulator the learners train in (SL teacher runs, RL experience): "
         "truth = the simulator's true speeds; operator = the operator's profile in their place "
-        "(dl2ray.experiments.build_simulator), so no trained weight has seen the truth. Model selection "
+        "(dl2ray.world.build_simulator), so no trained weight has seen the truth. Model selection "
         "(validation JCT) and every reported number run on the truth")
     arch: Literal["paper", "shape"] = Field(
         default="paper", description="paper: the DL2 paper's 3J+1 incremental actions over a window "

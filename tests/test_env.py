@@ -8,7 +8,7 @@ from gymnasium.utils.env_checker import check_env
 from support import small_config
 
 from dl2ray import seeds
-from dl2ray.env import REWARDS, DL2Env
+from dl2ray.envs.dl2_env import REWARDS, DL2Env
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},

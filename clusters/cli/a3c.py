@@ -16,7 +16,7 @@ from dl2ray.report import emit
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dl2ray.commands import Plugins
+    from dl2ray.cli.commands import Plugins
     from dl2ray.config import ExperimentConfig
     from dl2ray.learn.rl import RLOptions, RLResult, ValidationRow
 
@@ -30,7 +30,7 @@ def register_a3c(plugins: Plugins) -> None:
 def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,
                       options: RLOptions, agents: int, logdir: Path, resume: bool,
                       on_progress: Callable[[int, ValidationRow | None], None]) -> tuple[RLResult, dict]:
-    """``train rl --agents N``: A3C with N agents (:class:`~dl2ray.learn.cli.MultiAgentRL`)."""
+    """``train rl --agents N``: A3C with N agents (:class:`~dl2ray.cli.train.MultiAgentRL`)."""
     from clusters.a3c.global_policy import A3COptions
     from clusters.a3c.training import train_a3c
     from clusters.a3c.weights import checkpoint_kind

@@ -90,11 +90,11 @@ def _train(ray, fed, indices: list[int], updates: int, seed: int, tag: str, out:
 
 
 def _jct_policy(cfg, policy, seeds: list[int]) -> list[float]:
-    from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
     from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     sim = build_simulator(cfg)
     sched = DL2Scheduler.from_policy(numpy_policy(policy))
@@ -102,10 +102,10 @@ def _jct_policy(cfg, policy, seeds: list[int]) -> list[float]:
 
 
 def _jct_heuristic(cfg, name: str, seeds: list[int]) -> list[float]:
-    from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     sim = build_simulator(cfg)
     return [float(censored_avg_jct(run_episode(sim, make_scheduler(name, cfg), s))) for s in seeds]

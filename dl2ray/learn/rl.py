@@ -84,7 +84,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
                  policy: PolicyNet | None = None, value: ValueNet | None = None,
                  val_cfg: ExperimentConfig | None = None) -> None:
-        from dl2ray.experiments import build_simulator
+        from dl2ray.world import build_simulator
 
         self.cfg, self.opts, self.seed = cfg, opts, seed
         self.val_cfg = val_cfg or cfg  # validation simulator; another one for OfflineRL

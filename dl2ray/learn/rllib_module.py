@@ -6,7 +6,7 @@ an RLlib run starts from the same initialisation or the same SL warm start as
 ``dl2ray train rl`` and exports to the same checkpoint format
 (:func:`dl2ray.policy.network.save_checkpoint`) that ``dl2:PATH`` and ``rllib:DIR`` run.
 
-Input: a batch whose ``obs`` column is :class:`dl2ray.env.DL2Env`'s dict,
+Input: a batch whose ``obs`` column is :class:`dl2ray.envs.dl2_env.DL2Env`'s dict,
 ``{"observations": (B, J·(L+5)) float32, "action_mask": (B, 3J+1) float32 0/1}``.
 Output: ``action_dist_inputs`` ``(B, 3J+1)``, the policy's logits plus
 ``max(log mask, FLOAT_MIN)`` (infeasible actions get probability ~0, as

@@ -6,7 +6,7 @@ from a fresh one or from a shipped or SL shape checkpoint (``init``) and exports
 the shape checkpoint format (:func:`~dl2ray.policy.shape_net.save_shape_checkpoint`)
 that ``dl2:PATH`` and ``rllib:DIR`` run.
 
-Input: a batch whose ``obs`` column is :class:`dl2ray.shape_env.ShapeEnv`'s dict,
+Input: a batch whose ``obs`` column is :class:`dl2ray.envs.shape_env.ShapeEnv`'s dict,
 ``jobs`` ``(B, J, F)``, ``global`` ``(B, G)``, ``job_mask`` ``(B, J)`` and
 ``action_mask`` ``(B, J, K)``, float32. Output: ``action_dist_inputs``
 ``(B, J·K)``, job-major: job ``j``'s ``K`` logits are ``pi``'s (the scores

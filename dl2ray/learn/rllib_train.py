@@ -8,10 +8,10 @@ One run (:func:`train_rllib`), until ``minutes`` of wall time (training and
 validation; the algorithm's build is reported apart) or ``iterations``:
 
 Architecture (:func:`run_arch`): the ``init`` checkpoint's, else the config's
-``policy.arch``. ``paper``: :class:`dl2ray.env.DL2Env` and
+``policy.arch``. ``paper``: :class:`dl2ray.envs.dl2_env.DL2Env` and
 :class:`~dl2ray.learn.rllib_module.DL2TorchRLModule` (APPO:
 :class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`), the masked DL2
-policy/value networks; ``shape``: :class:`dl2ray.shape_env.ShapeEnv` (``run.max_jobs``
+policy/value networks; ``shape``: :class:`dl2ray.envs.shape_env.ShapeEnv` (``run.max_jobs``
 job rows) and :class:`~dl2ray.learn.rllib_shape_module.ShapeTorchRLModule` (APPO:
 :class:`~dl2ray.learn.rllib_shape_module.ShapeAPPOTorchRLModule`), the shape
 network with per-job menu masks and a value head of its own.
@@ -226,6 +226,7 @@ def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]
     ``env_config``."""
     appo = run.algo == "appo"
     if run_arch(cfg, run) == "shape":
+        from dl2ray.envs.shape_env import ShapeEnv
         from dl2ray.knowledge import operator_config
         from dl2ray.learn.rllib_shape_module import (
             ShapeAPPOTorchRLModule,
@@ -233,7 +234,6 @@ def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]
             shape_module_config,
         )
         from dl2ray.policy.shape import ShapeEncoding
-        from dl2ray.shape_env import ShapeEnv
 
         max_jobs = run.max_jobs if run.max_jobs is not None else cfg.policy.window
         env_config["max_jobs"] = max_jobs
@@ -241,7 +241,7 @@ def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]
         enc = ShapeEncoding.from_config(operator_config(cfg))
         return (ShapeEnv, ShapeAPPOTorchRLModule if appo else ShapeTorchRLModule,
                 shape_module_config(enc, s.embed, s.head, max_jobs, run.seed, run.init))
-    from dl2ray.env import DL2Env
+    from dl2ray.envs.dl2_env import DL2Env
     from dl2ray.learn.rllib_module import DL2APPOTorchRLModule, DL2TorchRLModule, module_config
     from dl2ray.policy.encoding import Encoding
 

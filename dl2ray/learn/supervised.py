@@ -25,7 +25,7 @@ class EpochStats:
 
 def simulators(cfg: ExperimentConfig, trace_seeds: Sequence[int], traces: Sequence[Trace] | None):
     """``(simulator, seed)`` per run: generated traces by seed, or the fixed ``traces`` (seed: noise only)."""
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     world = cfg.policy.train_world
     if traces is None:

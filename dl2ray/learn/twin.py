@@ -128,7 +128,7 @@ class ObservedTwin:
 
     def simulators(self, n: int) -> list[Simulator]:
         """``n`` operator-world simulators (the twin's side-by-side episodes)."""
-        from dl2ray.experiments import build_simulator
+        from dl2ray.world import build_simulator
 
         return [build_simulator(self.cfg, world="operator") for _ in range(n)]
 
@@ -153,9 +153,9 @@ class TwinExperience:
 
     def __init__(self, cfg: ExperimentConfig, trace_seeds: list[int], rng, twin: str = "config",
                  window: int = 8, observe_every: int = 1, salt: int = 0, own_cluster: bool = True) -> None:
-        from dl2ray.experiments import build_simulator
         from dl2ray.learn.counterfactual import CounterfactualCollector
         from dl2ray.policy.shape import ShapeEncoding
+        from dl2ray.world import build_simulator
 
         if twin not in ("config", "observed"):
             raise ValueError(f"twin: {twin!r}: known: config, observed")
@@ -182,7 +182,7 @@ class TwinExperience:
         """``policy.shape.envs`` new simulators of the world the tries come from (the observed twin's, or
         the config's operator world): the counterfactual collector's, and the mixed learner's on-policy
         episodes' own (side-by-side episodes must not share a simulator)."""
-        from dl2ray.experiments import build_simulator
+        from dl2ray.world import build_simulator
 
         n = self.cfg.policy.shape.envs
         if self.twin is not None:

@@ -99,7 +99,7 @@ def label_trace(
 
     ``q_of(state) -> Q (J+1,)``: the network whose greedy policy is π.
     """
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     def greedy(s: np.ndarray, m: np.ndarray) -> int:
         return masked_greedy(q_of(s), m)

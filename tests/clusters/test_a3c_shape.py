@@ -211,7 +211,7 @@ def test_the_live_shape_learner_pushes_from_what_its_cluster_showed(tiny_shape) 
     background; the global policy advances and the learner decides with the weights that come back."""
     from clusters.a3c.live_shape import LiveShapeLearner
     from clusters.a3c.weights import fresh_networks
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     gp = GlobalPolicyImpl(tiny_shape, None, 0, None, OPTS)
     net, _ = fresh_networks(tiny_shape)

@@ -10,7 +10,6 @@ import torch
 from support import run_cli, small_config
 
 from dl2ray import seeds
-from dl2ray.experiments import build_simulator
 from dl2ray.learn.counterfactual import (
     Collected,
     CounterfactualCollector,
@@ -26,6 +25,7 @@ from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.dl2 import DL2Scheduler
+from dl2ray.world import build_simulator
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},

@@ -11,7 +11,6 @@ import pytest
 import torch
 from support import run_cli, tiny_shape_config
 
-from dl2ray.experiments import build_simulator
 from dl2ray.learn import seeds
 from dl2ray.learn.counterfactual import CounterfactualCollector, improve_policy
 from dl2ray.learn.records import MixRow, RLOptions, update_record
@@ -20,6 +19,7 @@ from dl2ray.learn.shape_mix import mix_update
 from dl2ray.learn.shape_pg import OnPolicyCollector, build_job_value
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet, build_shape_policy
+from dl2ray.world import build_simulator
 
 TINY = tiny_shape_config()
 ENC = ShapeEncoding.from_config(TINY)

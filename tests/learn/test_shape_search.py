@@ -8,7 +8,6 @@ import numpy as np
 from support import small_config
 
 from dl2ray import seeds
-from dl2ray.experiments import build_simulator
 from dl2ray.learn.rl import RLOptions, Trainer
 from dl2ray.learn.shape_search import ShapeSearchCollector, shape_moves
 from dl2ray.learn.teacher import decompose
@@ -17,6 +16,7 @@ from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy, build_networks
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.view import Allocation, Tasks
+from dl2ray.world import build_simulator
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},

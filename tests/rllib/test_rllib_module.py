@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dl2ray.config import load_config
-from dl2ray.env import DL2Env
+from dl2ray.envs.dl2_env import DL2Env
 from dl2ray.learn.rllib_train import ALGOS, REFUSED, RLlibRun, algorithm_config, algorithm_refusal
 
 TINY = load_config(Path(__file__).resolve().parent / "tiny.yaml")

@@ -22,6 +22,7 @@ from gymnasium.utils.env_checker import check_env
 from support import run_cli, tiny_shape_config
 
 from dl2ray.config import ExperimentConfig, load_config
+from dl2ray.envs.shape_env import ShapeEnv, apply_actions
 from dl2ray.learn.rllib_export import export_policy
 from dl2ray.learn.rllib_shape_module import (
     ShapeAPPOTorchRLModule,
@@ -33,7 +34,6 @@ from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import WAIT, cap_mask, decide_shapes, job_features
 from dl2ray.policy.shape_net import checkpoint_arch, load_shape_checkpoint
 from dl2ray.schedulers.base import make_scheduler
-from dl2ray.shape_env import ShapeEnv, apply_actions
 
 HERE = Path(__file__).resolve().parent
 TINY_SHAPE_YAML = HERE / "tiny-shape.yaml"
@@ -98,7 +98,7 @@ def test_env_spaces_hold_every_observation(features) -> None:
 
 
 def test_avg_jct_return_is_minus_the_censored_average_jct() -> None:
-    """The reward is DL2Env's (dl2ray.env.step_slot): with "avg_jct" an episode's return is
+    """The reward is DL2Env's (dl2ray.envs.dl2_env.step_slot): with "avg_jct" an episode's return is
     −censored_avg_jct of the run, cut off or not."""
     env = ShapeEnv(cfg=tiny_shape_config(), reward="avg_jct", max_jobs=4)
     for max_slots in (None, 5):

@@ -44,7 +44,7 @@ trace among ``trace_seeds`` (default: the first 100 training seeds). The
 simulator is deterministic given the trace seed. Imports gymnasium, never Ray.
 
 The settings, trace choice and slot reward are shared with the shape policy's
-environment (:mod:`dl2ray.shape_env`): :func:`episode_settings`,
+environment (:mod:`dl2ray.envs.shape_env`): :func:`episode_settings`,
 :func:`start_trace`, :func:`step_slot`.
 """
 
@@ -80,7 +80,7 @@ class EpisodeSettings:
 
     def simulator(self) -> Simulator:
         """The training world's simulator (``policy.train_world``: the truth, or the operator's profile)."""
-        from dl2ray.experiments import build_simulator
+        from dl2ray.world import build_simulator
 
         return build_simulator(self.cfg, world=self.cfg.policy.train_world)
 

@@ -1,6 +1,6 @@
 """``dl2ray experiment robustness``: the DL2 paper's robustness experiments in one command (report in docs/).
 
-The composition root of :mod:`dl2ray.robustness` and :mod:`dl2ray.robustness_report`.
+The composition root of :mod:`dl2ray.studies.robustness` and :mod:`dl2ray.studies.robustness_report`.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ def robustness(
     """Sweep epoch-estimate error, job speed deviation and interference over every deployable scheduler and
     the DL2 policy (profiling the cluster again at each point), and test on unseen job types; writes the
     report, its plots and OUT.json."""
-    from dl2ray import robustness as rb
     from dl2ray.config import load_config
-    from dl2ray.robustness_report import write_report
     from dl2ray.seeds import TEST
+    from dl2ray.studies import robustness as rb
+    from dl2ray.studies.robustness_report import write_report
 
     cfg = load_config(config)
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
@@ -67,7 +67,7 @@ def robustness(
               + f" --traces {traces} --seed {first}`: test traces {seeds[0]}–{seeds[-1]} at every point, the "
               f"cluster profiled again at each (profile seed {profile_seed}); every other setting as in "
               f"`{config}`. The DL2 policy is the shipped one, trained once at the config's settings. "
-              "See dl2ray/robustness.py for what each study varies.\n")
+              "See dl2ray/studies/robustness.py for what each study varies.\n")
     write_report(out, img, points, all_names, unseen, header)
     doc = {"config": cfg.name, "seeds": seeds, "policy": str(policy), "points": [asdict(p) for p in points],
            "unseen": None if unseen is None else unseen.summary()}

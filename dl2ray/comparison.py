@@ -20,78 +20,20 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.metrics import aggregate, mean_ci95, summarize_run
 from dl2ray.schedulers.base import is_reference, make_scheduler
-from dl2ray.sim import RunResult, Simulator, run_episode
-from dl2ray.speed import SpeedModel, config_placement, load_surfaces
+from dl2ray.sim import RunResult, run_episode
 from dl2ray.workload import Trace
+from dl2ray.world import build_simulator, speed_model
 
 LOWER_BOUND = "lower-bound"
 """Row name of the per-trace lower bound (every job alone at its best configuration)."""
 LOWER_BOUND_PLACEMENT = "best"
 """The lower bound's ``placement``: each job's best layout on the cluster's nodes."""
-
-_SPEED_MODELS: dict[tuple, SpeedModel] = {}
-
-
-World = Literal["truth", "operator"]
-"""Which speeds a simulator runs on: the simulator's true surfaces (every evaluation), or the operator's
-profile (:mod:`dl2ray.profile`) — the world a deployable learner trains in."""
-
-
-def _speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
-    """The config's speed model, built once per process for the same catalogue and surfaces (or profile).
-
-    (Keyed on paths and flags, not on the config object: configs hold numpy arrays,
-    which make pydantic equality ambiguous.)
-    """
-    calibration = cfg.resolve(cfg.speed.placement_calibration) if cfg.speed.placement_calibration else None
-    placement = config_placement(cfg)
-    place_key = (cfg.speed.placement_model, str(calibration.resolve()) if calibration else "shipped")
-    if world == "operator":
-        path = cfg.profile_path
-        key = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
-               cfg.speed.placement_aware, *place_key)
-        if key not in _SPEED_MODELS:
-            from dl2ray.profile import config_profile
-
-            _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, config_profile(cfg).surfaces(), "measured",
-                                            cfg.speed.placement_aware, placement)
-        return _SPEED_MODELS[key]
-    key = (str(cfg.resolve(cfg.jobtypes).resolve()), str(cfg.surfaces_dir.resolve()),
-           cfg.speed.model, cfg.speed.placement_aware, *place_key)
-    if key not in _SPEED_MODELS:
-        surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
-        _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, surfaces, cfg.speed.model,
-                                        cfg.speed.placement_aware, placement)
-    return _SPEED_MODELS[key]
-
-
-def build_simulator(
-    cfg: ExperimentConfig, trace: Trace | None = None, record_events: bool = False, world: World = "truth"
-) -> Simulator:
-    """The composition of config, speed model and (optional) fixed trace.
-
-    ``world``: ``truth`` runs on the simulator's true surfaces (every measurement
-    in docs/ is on it); ``operator`` replaces them with the config's operator
-    profile, keeping the config's workload and uncertainty (job deviation,
-    variation, interference, change cost, epoch error) — the operator's model
-    of its cluster, in which the shipped DL2 policies are trained, so no weight
-    of theirs has seen the truth. A config with a ``gang`` group gets the
-    non-preemptive gang-mode simulator (:class:`dl2ray.gang.GangSimulator`, a
-    :class:`Simulator` with the same reset/step).
-    """
-    if cfg.gang is not None:
-        from dl2ray.gang import GangSimulator
-
-        return GangSimulator(cfg, _speed_model(cfg, world), trace, record_events)
-    return Simulator(cfg, _speed_model(cfg, world), trace, record_events)
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -243,7 +185,7 @@ def lower_bound_metrics(cfg: ExperimentConfig, seed: int, trace: Trace | None = 
 
     if trace is None:
         trace = generate_trace(cfg, seed)
-    bound = lower_bound_jcts(trace, _speed_model(cfg), cfg.cluster.capacity, cfg.sim.slot_seconds, seed,
+    bound = lower_bound_jcts(trace, speed_model(cfg), cfg.cluster.capacity, cfg.sim.slot_seconds, seed,
                              cfg.speed.job_deviation, cfg.speed.variation)
     jct = np.array([bound[j.job_id] for j in trace])
     horizon = np.array([cfg.sim.max_slots - j.arrival_slot for j in trace], dtype=np.float64)

@@ -29,18 +29,18 @@ gets its row whenever the mask at its turn allows it (work conservation
 included); otherwise it gets wait if allowed, else the first allowed menu row.
 A row outside the job's caps is treated as wait. Every job that did not get
 the row it was given is counted in ``info["masked_actions"]``, as
-:class:`~dl2ray.env.DL2Env` counts masked actions.
+:class:`~dl2ray.envs.dl2_env.DL2Env` counts masked actions.
 
-**Reward**: :data:`dl2ray.env.REWARDS` (:func:`dl2ray.env.step_slot`), paid
+**Reward**: :data:`dl2ray.envs.dl2_env.REWARDS` (:func:`dl2ray.envs.dl2_env.step_slot`), paid
 every step; slots without jobs are stepped by themselves (empty allocation)
 and their reward joins the step before them. Termination, truncation
 (``sim.max_slots`` or the cut-off ``max_slots``), ``info`` (``trace_seed``,
 ``slot``, and on the last step ``metrics``) and seeding are
-:class:`~dl2ray.env.DL2Env`'s; ``masked_actions`` and ``waiting_jobs`` count
+:class:`~dl2ray.envs.dl2_env.DL2Env`'s; ``masked_actions`` and ``waiting_jobs`` count
 over the episode.
 
 **World**: the simulator is the training world (``policy.train_world``, as
-:class:`~dl2ray.env.DL2Env` and our trainers), and the features are computed
+:class:`~dl2ray.envs.dl2_env.DL2Env` and our trainers), and the features are computed
 from the operator's config (:func:`dl2ray.knowledge.operator_config`): the
 observation reads no hidden truth. Imports gymnasium, never Ray.
 """
@@ -57,7 +57,7 @@ from gymnasium import spaces
 
 from dl2ray.allocation import Allocation
 from dl2ray.config import ExperimentConfig
-from dl2ray.env import episode_settings, start_trace, step_slot
+from dl2ray.envs.dl2_env import episode_settings, start_trace, step_slot
 from dl2ray.knowledge import operator_config
 from dl2ray.metrics import summarize_run
 from dl2ray.policy.shape import WAIT, ShapeDecision, ShapeEncoding, cap_mask, decide_shapes, job_features
@@ -131,7 +131,7 @@ def apply_actions(view: ClusterView, enc: ShapeEncoding, actions: np.ndarray) ->
 class ShapeEnv(gym.Env):
     """See the module docstring.
 
-    Built like :class:`~dl2ray.env.DL2Env` (keywords, or one ``env_config`` mapping holding ``cfg``,
+    Built like :class:`~dl2ray.envs.dl2_env.DL2Env` (keywords, or one ``env_config`` mapping holding ``cfg``,
     ``trace_seeds``, ``reward``, ``max_slots``), plus ``max_jobs`` (``J``; default ``policy.window``).
     """
 

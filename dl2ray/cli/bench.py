@@ -30,9 +30,9 @@ def bench_sim(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Wall seconds and slots/s of one whole trace (median of ``repeats`` runs)."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     cfg = load_config(config)
     sim = build_simulator(cfg)
@@ -56,13 +56,13 @@ def synthetic_view(cfg: ExperimentConfig, jobs: int, nodes: int, seed: int) -> C
     Observations come from the measured speed model, so heuristics that learn from
     history (Optimus) have real fitting work to do.
     """
-    from dl2ray.experiments import _speed_model
     from dl2ray.sim import LOSS_FLOOR
     from dl2ray.speed import spread_layout
+    from dl2ray.world import speed_model
 
     rng = np.random.default_rng(seed)
     cat = cfg.catalogue
-    speed = _speed_model(cfg)
+    speed = speed_model(cfg)
     capacity = np.tile(cfg.cluster.capacity[:1], (nodes, 1))
     capacity.setflags(write=False)
     gap = 1.0 / cfg.sim.convergence_gap - 1.0
@@ -213,8 +213,8 @@ def _shape_decider(cfg, policy: Path | None, seed: int):
 
 def busy_view(cfg, jobs: int, seed: int):
     """The config's cluster run with DRF until ``jobs`` jobs are present, cut to the first ``jobs``."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.schedulers.drf import DRF
+    from dl2ray.world import build_simulator
 
     sim, drf = build_simulator(cfg), DRF()
     view = sim.reset(seed)

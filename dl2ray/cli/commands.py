@@ -16,14 +16,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from dl2ray.cli_options import ConfigOpt, JsonOpt, PlacementOpt, TraceOpt
+from dl2ray.cli.options import ConfigOpt, JsonOpt, PlacementOpt, TraceOpt
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dl2ray.learn.cli import MultiAgentRL
+    from dl2ray.cli.train import MultiAgentRL
 
 
 _err = Console(stderr=True)
@@ -67,7 +67,7 @@ def simulate(
     placement: PlacementOpt = None,
 ) -> None:
     """Run one scheduler on one trace and print its metrics."""
-    from dl2ray.experiments import RunSpec, run_one
+    from dl2ray.comparison import RunSpec, run_one
     from dl2ray.sim import write_events
 
     cfg = _config(config, placement)
@@ -119,7 +119,7 @@ def compare(
     placement: PlacementOpt = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
-    from dl2ray import experiments, report
+    from dl2ray import comparison, report
 
     cfg = _config(config, placement)
     if requested_bundles is not None:
@@ -143,7 +143,7 @@ def compare(
         TimeElapsedColumn(), console=_err, transient=True, disable=not _err.is_terminal,
     ) as bar:
         task = bar.add_task("simulating", total=len(names) * len(seeds))
-        comp = experiments.compare(
+        comp = comparison.compare(
             cfg, names, seeds, fixed, processes, on_done=lambda _: bar.advance(task),
             references=references, paired=baselines,
         )
@@ -288,8 +288,10 @@ class Plugins:
     ``groups``: the command groups a plugin may add commands to (``"bench"``,
     ``"train"``, ``"trace"``); ``root``: the ``dl2ray`` app itself, for top-level
     commands (``serve``: ``dl2ray serve``). ``multi_agent_rl``: the trainer ``train rl --agents N``
-    (N ≥ 2) hands its parsed options to (see :class:`dl2ray.learn.cli.MultiAgentRL`).
+    (N ≥ 2) hands its parsed options to (see :class:`dl2ray.cli.train.MultiAgentRL`).
     ``live_demo``: ``dl2ray demo --live`` (the ``clusters`` plugin: real jobs on local Ray).
+    ``live_profile``: ``dl2ray profile --live`` (the ``clusters`` plugin: real elastic MXNet jobs timed
+    on this machine; :func:`clusters.profile_live.run_cli`'s arguments, the window as its three options).
     ``loaded``: names of the plugins registered; ``failed``: name → why one did not load.
     """
 
@@ -297,6 +299,7 @@ class Plugins:
     root: typer.Typer | None = None
     multi_agent_rl: MultiAgentRL | None = None
     live_demo: Callable[..., None] | None = None
+    live_profile: Callable[..., None] | None = None
     loaded: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
 
@@ -318,28 +321,28 @@ def load_plugins(plugins: Plugins) -> Plugins:
 
 def register_all(app: typer.Typer) -> Plugins:
     """Attach the core commands, then the plugins'; returns what the plugins registered."""
-    from dl2ray.bench import app as bench_app
-    from dl2ray.learn.cli import app as train_app
-    from dl2ray.learn.experiment_cli import app as experiment_app
-    from dl2ray.traces.cli import app as trace_app
+    from dl2ray.cli.bench import app as bench_app
+    from dl2ray.cli.experiment import app as experiment_app
+    from dl2ray.cli.trace import app as trace_app
+    from dl2ray.cli.train import app as train_app
 
     app.command()(simulate)
     app.command()(compare)
     app.command("fit-speed")(fit_speed)
-    from dl2ray.profile_cli import profile
+    from dl2ray.cli.profile import profile
 
     app.command()(profile)
     app.command()(demo)
     app.add_typer(trace_app, name="trace", help="Import, generate and describe traces.")
     app.add_typer(bench_app, name="bench", help="Benchmarks (print JSON).")
     app.add_typer(train_app, name="train", help="Train the DL2 policy (supervised warm-start, RL).")
-    from dl2ray.sched2.cli import train_sched2
+    from dl2ray.cli.sched2 import train_sched2
 
     train_app.command("sched2")(train_sched2)
-    from dl2ray.harmony.cli import train_harmony
+    from dl2ray.cli.harmony import train_harmony
 
     train_app.command("harmony")(train_harmony)
-    from dl2ray.robustness_cli import robustness
+    from dl2ray.cli.robustness import robustness
 
     experiment_app.command("robustness")(robustness)
     app.add_typer(experiment_app, name="experiment",

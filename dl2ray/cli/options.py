@@ -1,5 +1,5 @@
 """Options every ``dl2ray`` command spells the same way (typer annotations), below the command modules that
-use them (:mod:`dl2ray.commands`, :mod:`dl2ray.profile_cli`, ...)."""
+use them (:mod:`dl2ray.cli.commands`, :mod:`dl2ray.cli.profile`, ...)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import typer
 from dl2ray.errors import UserError
 
 if TYPE_CHECKING:
-    from dl2ray.commands import Plugins
+    from dl2ray.cli.commands import Plugins
 
 app = typer.Typer(
     add_completion=False,
@@ -30,7 +30,7 @@ _registered: list[Plugins] = []
 def _register() -> Plugins:
     """Attach every command and plugin once (lazily, so importing this module stays cheap)."""
     if not _registered:
-        from dl2ray.commands import register_all
+        from dl2ray.cli.commands import register_all
 
         _registered.append(register_all(app))
     return _registered[0]

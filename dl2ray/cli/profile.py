@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dl2ray.cli_options import ConfigOpt, JsonOpt
+from dl2ray.cli.options import ConfigOpt, JsonOpt
 from dl2ray.errors import UserError
 from dl2ray.profile import DEFAULT_POINTS, Fit, Profile, fit_profile, measure, save_profile
 
@@ -38,9 +38,9 @@ def parse_points(text: str) -> tuple[tuple[int, int], ...]:
 def truth_error(profile: Profile, cfg) -> dict[str, float]:
     """Per type: mean |profile − truth| / truth of the job speed over the type's whole (p, w) grid up to
     its caps (the simulator's true type surface; only a simulated cluster can say this)."""
-    from dl2ray.experiments import _speed_model
+    from dl2ray.world import speed_model
 
-    speed = _speed_model(cfg)
+    speed = speed_model(cfg)
     out = {}
     for t, jt in enumerate(cfg.catalogue.types):
         prof = profile.types[jt.name]
@@ -51,6 +51,7 @@ def truth_error(profile: Profile, cfg) -> dict[str, float]:
 
 
 def profile(
+    ctx: typer.Context,
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="profile file to write (JSON)")] = Path("profile.json"),
     seed: Annotated[int, typer.Option(help="seed of the profiling jobs and their measurement noise")] = 0,
@@ -62,7 +63,7 @@ def profile(
         help="relative noise of one measurement, ±v (default: the config's speed.variation)")] = None,
     live: Annotated[list[Path] | None, typer.Option(
         help="job spec (YAML) to profile as a real elastic MXNet job on this machine; repeat for more "
-             "(dl2ray/profile_live.py)")] = None,
+             "(clusters/profile_live.py)")] = None,
     window_iterations: Annotated[int | None, typer.Option(
         help="--live: iterations measured per point (default 30)")] = None,
     window_seconds: Annotated[float | None, typer.Option(help="--live: seconds measured per point")] = None,
@@ -72,15 +73,18 @@ def profile(
 ) -> None:
     """Measure every job type at a few (PS, workers) points, fit, and write the operator's profile."""
     from dl2ray.config import load_config
-    from dl2ray.experiments import _speed_model
+    from dl2ray.world import speed_model
 
     if live:
-        from dl2ray.profile_live import Window, run_cli
-
+        plugins = ctx.obj
+        hook = getattr(plugins, "live_profile", None)
+        if hook is None:
+            raise UserError("--live needs the clusters plugin (it drives the elastic MXNet jobs): "
+                            + str(getattr(plugins, "failed", {}).get("clusters", "not installed")))
         if noise is not None or runs != 1 or seed != 0:
             raise UserError("--noise/--runs/--seed: options of the simulated measurement, not of --live")
-        window = Window.of(window_iterations, window_seconds, warmup_iterations)
-        run_cli(config, live, out, None if points is None else parse_points(points), fit, window, json_out)
+        hook(config, live, out, None if points is None else parse_points(points), fit,
+             window_iterations, window_seconds, warmup_iterations, json_out)
         return
     if window_iterations is not None or window_seconds is not None:
         raise UserError("--window-iterations/--window-seconds: only with --live")
@@ -91,7 +95,7 @@ def profile(
     if not 0 <= v < 1:
         raise UserError(f"--noise: {v} must lie in [0, 1)")
     pts = DEFAULT_POINTS if points is None else parse_points(points)
-    measured = measure(_speed_model(cfg), seed, cfg.speed.job_deviation, v, pts, runs)
+    measured = measure(speed_model(cfg), seed, cfg.speed.job_deviation, v, pts, runs)
     fit_name: Fit = "optimus" if fit == "optimus" else "interpolate"
     source = {"config": cfg.name, "seed": seed, "runs": runs, "noise": v, "points": [list(p) for p in pts],
               "command": f"dl2ray profile --config {config or 'configs/testbed.yaml'} --seed {seed} "

@@ -1,4 +1,4 @@
-"""The robustness report: markdown tables and matplotlib plots of :mod:`dl2ray.robustness`'s results."""
+"""The robustness report: Markdown tables and matplotlib plots of :mod:`dl2ray.studies.robustness`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2ray.experiments import Comparison
-from dl2ray.robustness import REFERENCE, SWEEPS, Point, degradation
+from dl2ray.comparison import Comparison
+from dl2ray.studies.robustness import REFERENCE, SWEEPS, Point, degradation
 
 TITLES = {
     "epoch_error": "declared-epoch error e (declared = true × U(1−e, 1+e))",

@@ -22,11 +22,7 @@ import numpy as np
 import pytest
 from support import CONFIGS, REPO, run_cli
 
-from dl2ray.config import load_config
-from dl2ray.errors import UserError
-from dl2ray.jobspec import load_jobspec
-from dl2ray.profile import ProfileError, load_profile
-from dl2ray.profile_live import (
+from clusters.profile_live import (
     LiveJob,
     PointResult,
     Window,
@@ -38,6 +34,10 @@ from dl2ray.profile_live import (
     profile_from,
     type_speed,
 )
+from dl2ray.config import load_config
+from dl2ray.errors import UserError
+from dl2ray.jobspec import load_jobspec
+from dl2ray.profile import ProfileError, load_profile
 
 TINY = REPO / "tests" / "data" / "jobs" / "mlp-tiny.yaml"
 TESTBED = CONFIGS / "testbed.yaml"

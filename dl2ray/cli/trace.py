@@ -2,7 +2,7 @@
 
 The composition root of the trace commands: only here are config files,
 speed surfaces and trace files wired together. Every user error raises
-:class:`~dl2ray.errors.UserError`, which ``dl2ray.cli.main`` prints before
+:class:`~dl2ray.errors.UserError`, which ``dl2ray.cli.app.main`` prints before
 exiting with code 2.
 """
 

@@ -2,7 +2,7 @@
 
 ``training-curve`` (Fig. 10), ``ablation`` (Table 2) and ``offline-rl`` (the
 OfflineRL baseline); the experiments themselves are in
-:mod:`dl2ray.learn.experiments`. Every bad option is one ``UserError`` line
+:mod:`dl2ray.studies.learning`. Every bad option is one ``UserError`` line
 naming it (exit 2), raised before any training starts.
 """
 
@@ -79,7 +79,7 @@ def _checkpoint(option: str, path: Path, cfg: ExperimentConfig) -> dict:
     """Fail fast on a missing or mismatched checkpoint; its ``extra`` record.
 
     Sets torch to one thread first: this process forks evaluation workers later
-    (see :func:`dl2ray.learn.experiments._mean_jct`), which is only safe if its
+    (see :func:`dl2ray.studies.learning._mean_jct`), which is only safe if its
     torch never ran a multi-threaded OpenMP region.
     """
     import torch
@@ -189,7 +189,7 @@ def training_curve(
     json_out: JsonOpt = False,
 ) -> None:
     """Fig. 10: validation avg JCT per update of SL-only, RL-only, SL+RL (and OfflineRL) vs the teacher."""
-    from dl2ray.learn import experiments as ex
+    from dl2ray.studies import learning as ex
 
     cfg = load_config(config)
     _at_least("--updates", updates)
@@ -236,8 +236,8 @@ def _train_sl(cfg: ExperimentConfig, teacher: str, seed: int, out: Path) -> Path
 
 
 def _plot_curve(curve, cfg: ExperimentConfig, path: Path) -> Path:
-    from dl2ray.learn import experiments as ex
     from dl2ray.report import plot_training_curve
+    from dl2ray.studies import learning as ex
 
     labels = {ex.SL_ONLY: "SL only", ex.RL_ONLY: "RL only (scratch)", ex.SL_RL: "SL + RL",
               ex.OFFLINE: "OfflineRL (analytic speeds)", ex.TEACHER: f"{curve.teacher.upper()} (teacher)"}
@@ -253,7 +253,7 @@ _REPORT_COLUMNS = ("run", "seed", "algo", "critic", "exploration", "replay", "ze
 
 def _report(report, cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts, out: Path, stem: str,
             title: str, json_out: bool, variants: list[dict] | None = None) -> None:
-    from dl2ray.learn import experiments as ex
+    from dl2ray.studies import learning as ex
 
     csv_path = ex.write_rows_csv(report.rows, out / f"{stem}.csv", _REPORT_COLUMNS)
     doc = {"config": cfg.name, "seed": seed, "updates": updates, "init": str(init),
@@ -317,7 +317,7 @@ def ablation(
 ) -> None:
     """Table 2 and the zero-advantage control: full method vs no actor-critic / exploration / replay /
     zero advantages, over training seeds, and the warm start; best checkpoints on test traces."""
-    from dl2ray.learn import experiments as ex
+    from dl2ray.studies import learning as ex
 
     cfg = load_config(config)
     _at_least("--seeds", seeds)
@@ -348,7 +348,7 @@ def offline_rl(
     json_out: JsonOpt = False,
 ) -> None:
     """OfflineRL: RL trained on analytic speeds vs online RL on measured ones, both tested on measured."""
-    from dl2ray.learn import experiments as ex
+    from dl2ray.studies import learning as ex
 
     cfg = load_config(config)
     opts = rl_options(traces, val_traces, val_every, rl_opt)
@@ -388,7 +388,7 @@ def rllib(
     """An RLlib algorithm on DL2Env (paper) or ShapeEnv (shape) with action masking: validated like
     `train rl`, best policy exported to OUT/policy.pt for `dl2ray compare --schedulers rllib:OUT`, every Ray
     process it started stopped."""
-    from dl2ray.env import REWARDS
+    from dl2ray.envs.dl2_env import REWARDS
     from dl2ray.learn.rllib_train import RLlibRun, algorithm_refusal
 
     cfg = load_config(config)
