@@ -158,7 +158,7 @@ def test_rllib_ppo_runs_one_iteration(ray_session) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from dl2ray.learn.rllib_module import DL2TorchRLModule, module_config
+    from dl2ray.learn.rllib.module import DL2TorchRLModule, module_config
 
     config = (
         PPOConfig()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from dl2ray.cli.commands import Plugins
     from dl2ray.config import ExperimentConfig
-    from dl2ray.learn.rl import RLOptions, RLResult, ValidationRow
+    from dl2ray.learn.records import RLOptions, RLResult, ValidationRow
 
 
 def register_a3c(plugins: Plugins) -> None:
@@ -34,7 +34,7 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
     from clusters.a3c.global_policy import A3COptions
     from clusters.a3c.training import train_a3c
     from clusters.a3c.weights import checkpoint_kind
-    from dl2ray.learn.rl import ValidationRow
+    from dl2ray.learn.records import ValidationRow, algorithm
     from dl2ray.policy.shape_net import checkpoint_arch
 
     if options.replay or options.prioritized:
@@ -53,7 +53,7 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
                      twin=options.twin)
     # The algorithm names the architecture the agents train: counterfactual the shape policy, paper the
     # paper's networks (an init checkpoint must be of the same one).
-    arch = "shape" if options.algo == "counterfactual" else "paper"
+    arch = algorithm(options.algo).arch
     if init is not None and (have := checkpoint_arch(init)) != arch:
         raise UserError(f"--init: {init} is a {have!r} checkpoint; --algo {options.algo} trains the {arch!r} "
                         "architecture")

@@ -53,7 +53,7 @@ def rl_options(traces: int, val_traces: int, val_every: int, extra: list[str] | 
     """RLOptions from the common flags and ``--rl-opt KEY=VALUE`` items (typed by RLOptions' fields)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from dl2ray.learn.rl import RLOptions
+    from dl2ray.learn.records import RLOptions
 
     for opt, v in (("--traces", traces), ("--val-traces", val_traces), ("--val-every", val_every)):
         _at_least(opt, v)
@@ -389,7 +389,7 @@ def rllib(
     `train rl`, best policy exported to OUT/policy.pt for `dl2ray compare --schedulers rllib:OUT`, every Ray
     process it started stopped."""
     from dl2ray.envs.dl2_env import REWARDS
-    from dl2ray.learn.rllib_train import RLlibRun, algorithm_refusal
+    from dl2ray.learn.rllib.train import RLlibRun, algorithm_refusal
 
     cfg = load_config(config)
     algo = algo.strip().lower()
@@ -408,7 +408,7 @@ def rllib(
         _checkpoint("--warm-start", warm_start, cfg)
     run = RLlibRun(algo, minutes, iterations, seed, None if warm_start is None else str(warm_start.resolve()),
                    traces, val_traces, val_every, reward, max_slots, _algo_options(algo_opt), max_jobs)
-    from dl2ray.learn.rllib_train import algorithm_config
+    from dl2ray.learn.rllib.train import algorithm_config
 
     try:  # RLlib's own checks of the settings (no Ray needed), before Ray starts
         algorithm_config(cfg, run).validate()
@@ -456,7 +456,7 @@ def _run_rllib(cfg: ExperimentConfig, run, out: Path):
     import os
     import signal
 
-    from dl2ray.learn.rllib_train import train_rllib
+    from dl2ray.learn.rllib.train import train_rllib
 
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # register the node on 127.0.0.1
     import ray

@@ -17,7 +17,7 @@ from dl2ray.report import emit
 
 if TYPE_CHECKING:
     from dl2ray.config import ExperimentConfig
-    from dl2ray.learn.rl import RLOptions, RLResult, ValidationRow
+    from dl2ray.learn.records import RLOptions, RLResult, ValidationRow
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _err = Console(stderr=True)
@@ -118,7 +118,7 @@ def check_checkpoint_paths(out: Path, init: Path | None) -> None:
 class MultiAgentRL(Protocol):
     """What ``train rl --agents N`` (N ≥ 2) runs: a trainer a plugin registers (``clusters``: A3C on Ray).
 
-    The contract of :func:`dl2ray.learn.rl.train_rl` — ``updates`` in total,
+    The contract of :func:`dl2ray.learn.train.train_rl` — ``updates`` in total,
     files ``OUT``, ``OUT.best.pt``, ``OUT.json`` and TensorBoard scalars in
     ``logdir``, ``resume`` from ``OUT`` — with ``agents`` learners;
     ``on_progress(updates_so_far, latest_validation)``. Returns the run's history
@@ -167,8 +167,8 @@ def train_rl(
         help="paper: TD actor-critic on slot rewards; improve: rollout policy improvement with per-step "
              "credit (policy.improve); counterfactual: per-job counterfactual policy optimisation of the "
              "shape policy (policy.shape); pg: on-policy per-job policy gradient of the shape policy with a "
-             "learned value baseline (dl2ray.learn.shape_pg); mix: both in one update "
-             "(dl2ray.learn.shape_mix)")] = "paper",
+             "learned value baseline (dl2ray.learn.shape.pg); mix: both in one update "
+             "(dl2ray.learn.shape.mix)")] = "paper",
     credit: Annotated[str, typer.Option(
         help="pg, mix: a job choice's return: job (its own remaining JCT) or slot (every job's remaining "
              "JCT from that slot on)")] = "job",
@@ -181,7 +181,7 @@ def train_rl(
     twin: Annotated[str, typer.Option(
         help="counterfactual: where the tries are simulated: config (operator-world episodes of the "
              "config's workload) or observed (a twin fitted from episodes the learner's own cluster ran; "
-             "dl2ray.learn.twin)")] = "config",
+             "dl2ray.learn.shape.twin)")] = "config",
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
     agents: Annotated[int, typer.Option(help="learners: 1 = this process; N >= 2 = A3C with N Ray "
@@ -193,29 +193,29 @@ def train_rl(
     asynchronous (A3C) with ``--agents N`` Ray agents on their own simulated clusters."""
     import torch
 
-    from dl2ray.learn import rl
+    from dl2ray.learn import records, train
 
     cfg = load_config(config)
     check_checkpoint_paths(out, init)
     if agents < 1:
         raise UserError(f"--agents: {agents}: need at least one learner")
-    if algo not in rl.ALGOS:
-        raise UserError(f"--algo: {algo!r}: known: {', '.join(rl.ALGOS)}")
-    if algo == "improve" and agents > 1:
-        raise UserError("--algo improve: single process only (A3C runs paper or counterfactual)")
+    if algo not in records.ALGORITHMS:
+        raise UserError(f"--algo: {algo!r}: known: {', '.join(records.ALGORITHMS)}")
+    learner = records.ALGORITHMS[algo]
+    if agents > 1 and not learner.a3c:
+        a3c = " or ".join(a.name for a in records.ALGORITHMS.values() if a.a3c)
+        raise UserError(f"--algo {algo}: single process only (A3C runs {a3c})")
     if twin not in ("config", "observed"):
         raise UserError(f"--twin: {twin!r}: known: config, observed")
-    if twin != "config" and algo not in rl.SHAPE_ALGOS:
-        raise UserError(f"--twin {twin}: only --algo counterfactual, pg and mix learn in a twin")
+    if twin != "config" and learner.arch != "shape":
+        raise UserError(f"--twin {twin}: only --algo {', '.join(records.SHAPE_ALGOS)} learn in a twin")
     if credit not in ("job", "slot"):
         raise UserError(f"--credit: {credit!r}: known: job, slot")
-    if algo in ("pg", "mix") and agents > 1:
-        raise UserError(f"--algo {algo}: single process only (A3C runs paper or counterfactual)")
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
     replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
-    opts = rl.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
+    opts = records.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
                         algo=algo, zero_advantage=zero_advantage, twin=twin,  # type: ignore[arg-type]
@@ -239,7 +239,7 @@ def train_rl(
             bar.update(task, completed=done, description=f"A3C updates ({agents} agents{jct})")
 
         if multi is None:
-            _, result = rl.train_rl(cfg, init, updates, seed, out, opts, logdir, resume, on_update)
+            _, result = train.train_rl(cfg, init, updates, seed, out, opts, logdir, resume, on_update)
         else:
             result, extra = multi(cfg, init, updates, seed, out, opts, agents, logdir, resume, on_progress)
     best = result.best

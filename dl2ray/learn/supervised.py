@@ -1,6 +1,6 @@
 """What supervised learning of either architecture shares: the simulators the teacher is recorded in, the
 label-smoothed cross-entropy, the per-epoch record. Below :mod:`dl2ray.learn.sl` (the paper architecture and
-the ``train sl`` driver) and :mod:`dl2ray.learn.shape_sl` (the shape architecture), which import it and
+the ``train sl`` driver) and :mod:`dl2ray.learn.shape.sl` (the shape architecture), which import it and
 not each other's internals."""
 
 from __future__ import annotations

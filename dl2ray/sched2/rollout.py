@@ -2,7 +2,7 @@
 
 Imitation (:mod:`dl2ray.sched2.imitation`) can at best reproduce its teacher. This step
 improves on the network's own greedy policy π the way rollout algorithms do (Bertsekas; the
-counterfactual learner of DL2's shape policy, :mod:`dl2ray.learn.counterfactual`, is the same
+counterfactual learner of DL2's shape policy, :mod:`dl2ray.learn.shape.counterfactual`, is the same
 idea): on a training trace, run π and, at sampled decision slots whose first step has a real
 choice, try each of the ``candidates`` best allowed actions by ``Q`` (ϕ included when allowed)
 from a simulator snapshot, continue with π for ``horizon`` slots, and measure

@@ -1,7 +1,7 @@
 """The DL2 paper's learning experiments: training curves (Fig. 10), ablations (Table 2), OfflineRL.
 
 Every experiment is a set of RL runs (:class:`RunPlan`), each one call of
-:func:`dl2ray.learn.rl.train_rl` writing ``OUT.pt``, ``OUT.best.pt``,
+:func:`dl2ray.learn.train.train_rl` writing ``OUT.pt``, ``OUT.best.pt``,
 ``OUT.json`` and ``OUT.tb/`` under the experiment's folder. Runs are
 independent, so :func:`train_all` gives them to a process pool (``spawn``
 workers, one torch thread each); one worker runs them in this process.
@@ -42,7 +42,9 @@ import numpy as np
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
-from dl2ray.learn.rl import RLOptions, ValidationRow, heuristic_jct, train_rl, validate
+from dl2ray.learn.records import RLOptions, ValidationRow
+from dl2ray.learn.train import train_rl
+from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.policy.shape_net import load_policy_net
 
 SL_ONLY, RL_ONLY, SL_RL, OFFLINE, TEACHER = "sl-only", "rl-only", "sl+rl", "offline-rl", "teacher"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dl2ray.config import load_config
-from dl2ray.learn.shape_sl import teacher_sample
+from dl2ray.learn.shape.sl import teacher_sample
 from dl2ray.metrics import censored_avg_jct, mean_ci95
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes
 from dl2ray.schedulers.base import make_scheduler

@@ -63,7 +63,8 @@ def test_bad_agent_options_exit_2_with_one_line(capsys, tmp_path, argv, message)
 
 @pytest.mark.slow
 def test_resume_refuses_a_single_process_checkpoint(capsys, tmp_path, tiny, tiny_yaml) -> None:
-    from dl2ray.learn.rl import RLOptions, train_rl
+    from dl2ray.learn.records import RLOptions
+    from dl2ray.learn.train import train_rl
 
     out = tmp_path / "rl.pt"
     train_rl(tiny, None, 1, 0, out, RLOptions(traces=2, val_traces=1, replay=False))

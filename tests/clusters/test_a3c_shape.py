@@ -13,8 +13,8 @@ from support import run_cli
 from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
 from clusters.a3c.weights import load_vector, params_vector
 from dl2ray.learn.records import CounterfactualRow
-from dl2ray.learn.shape_rl import counterfactual_update
-from dl2ray.learn.twin import TwinExperience
+from dl2ray.learn.shape.trainer import counterfactual_update
+from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet, load_shape_checkpoint
 
 OPTS = A3COptions(agents=2, traces=4, val_every=None, checkpoint_every=2, max_update_norm=10.0, max_lag=3)

@@ -23,7 +23,7 @@ from clusters.federation.http import decode_frame, encode_frame
 from clusters.federation.learner import FederatedPolicyImpl, a3c_options
 from clusters.federation.philly import gpu_demand_p90
 from dl2ray.config import ConfigError
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRow
 
 ROW = UpdateRow(-1, 0.1, 0.2, 1.0, 0.5, 0.3, 32, 4, 0)
 

@@ -10,7 +10,8 @@ import torch
 from support import run_cli, small_config
 
 from dl2ray import seeds
-from dl2ray.learn.counterfactual import (
+from dl2ray.learn.records import RLOptions
+from dl2ray.learn.shape.counterfactual import (
     Collected,
     CounterfactualCollector,
     Try,
@@ -18,9 +19,9 @@ from dl2ray.learn.counterfactual import (
     job_reward,
     solve_eta,
 )
-from dl2ray.learn.rl import RLOptions, train_rl
-from dl2ray.learn.shape_sl import SlotSample
+from dl2ray.learn.shape.sl import SlotSample
 from dl2ray.learn.sl import SLRun, run_sl
+from dl2ray.learn.train import train_rl
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler

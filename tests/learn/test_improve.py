@@ -9,7 +9,8 @@ from support import small_config
 
 from dl2ray import seeds
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, _Deviate
-from dl2ray.learn.rl import RLOptions, Trainer
+from dl2ray.learn.records import RLOptions
+from dl2ray.learn.rl import Trainer
 from dl2ray.policy.decision import decide_slot, run_decision
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy, build_networks

@@ -1,4 +1,4 @@
-"""The twin a learner fits from what its cluster showed (dl2ray.learn.twin): what it knows, and not."""
+"""The twin a learner fits from what its cluster showed (dl2ray.learn.shape.twin): what it knows, and not."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from support import tiny_shape_config
 
 from dl2ray import seeds
-from dl2ray.learn.twin import ObservedTwin, TwinExperience, observed_trace
+from dl2ray.learn.shape.twin import ObservedTwin, TwinExperience, observed_trace
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler
@@ -89,7 +89,7 @@ def test_bad_twin_settings_are_refused() -> None:
 
 
 def test_live_observations_build_the_window_a_live_scheduler_saw() -> None:
-    from dl2ray.learn.twin import LiveObservations
+    from dl2ray.learn.shape.twin import LiveObservations
 
     sim = build_simulator(CFG)
     view = sim.reset(seeds.training(1)[0])
@@ -112,7 +112,7 @@ def test_live_observations_build_the_window_a_live_scheduler_saw() -> None:
 
 
 def test_the_live_window_forgets_old_finished_jobs() -> None:
-    from dl2ray.learn.twin import LiveObservations
+    from dl2ray.learn.shape.twin import LiveObservations
 
     sim = build_simulator(CFG)
     view = sim.reset(seeds.training(1)[0])

@@ -1,7 +1,7 @@
 """The twin a learning agent fits of its own cluster from what the cluster showed (issue 22).
 
 An agent that learns on a real cluster cannot re-run a slot to see what another choice would have
-done: the counterfactual credit of :mod:`dl2ray.learn.counterfactual` is computed in a *twin*, a
+done: the counterfactual credit of :mod:`dl2ray.learn.shape.counterfactual` is computed in a *twin*, a
 simulator the agent builds from its observations. This module is that twin.
 
 What the twin knows of each episode its cluster ran (:func:`observed_trace`) is what an operator
@@ -102,7 +102,7 @@ class ObservedTwin:
     """The newest ``window`` observed traces and the operator-world simulators that replay them.
 
     :meth:`episode` is an episode source for
-    :class:`~dl2ray.learn.counterfactual.CounterfactualCollector`: twin episode ``k`` replays
+    :class:`~dl2ray.learn.shape.counterfactual.CounterfactualCollector`: twin episode ``k`` replays
     observed trace ``k mod n`` (of the ``n`` held) under twin seed ``salt·100 000 + k``.
     """
 
@@ -153,7 +153,7 @@ class TwinExperience:
 
     def __init__(self, cfg: ExperimentConfig, trace_seeds: list[int], rng, twin: str = "config",
                  window: int = 8, observe_every: int = 1, salt: int = 0, own_cluster: bool = True) -> None:
-        from dl2ray.learn.counterfactual import CounterfactualCollector
+        from dl2ray.learn.shape.counterfactual import CounterfactualCollector
         from dl2ray.policy.shape import ShapeEncoding
         from dl2ray.world import build_simulator
 
@@ -190,7 +190,7 @@ class TwinExperience:
         return [build_simulator(self.cfg, world=self.cfg.policy.train_world) for _ in range(n)]
 
     def collect(self, policy):
-        """One update's tries (:class:`~dl2ray.learn.counterfactual.Collected`) with ``policy`` (a
+        """One update's tries (:class:`~dl2ray.learn.shape.counterfactual.Collected`) with ``policy`` (a
         :class:`~dl2ray.policy.shape_net.NumpyShapePolicy`), observing the cluster first when due."""
         self.observe_if_due(policy)
         return self.collector.collect(policy, self.cfg.policy.shape.slots_per_update)

@@ -31,7 +31,7 @@ or ``None``: ``pi.enc`` computes features, so ``pi`` validates and runs as
 checkpoint path, or ``None``).
 
 APPO (:class:`ShapeAPPOTorchRLModule`) adds ``TargetNetworkAPI``: ``_old_pi``, a
-frozen copy of ``pi`` masked like it, as :class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`.
+frozen copy of ``pi`` masked like it, as :class:`~dl2ray.learn.rllib.module.DL2APPOTorchRLModule`.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class ShapeTorchRLModule(TorchRLModule, ValueFunctionAPI):
 
 class ShapeAPPOTorchRLModule(ShapeTorchRLModule, TargetNetworkAPI):
     """:class:`ShapeTorchRLModule` with APPO's target network ``_old_pi`` (a copy of ``pi``, masked like it;
-    only the learner's module has it, as :class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`)."""
+    only the learner's module has it, as :class:`~dl2ray.learn.rllib.module.DL2APPOTorchRLModule`)."""
 
     _old_pi: ShapePolicyNet
 

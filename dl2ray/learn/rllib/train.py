@@ -9,11 +9,11 @@ validation; the algorithm's build is reported apart) or ``iterations``:
 
 Architecture (:func:`run_arch`): the ``init`` checkpoint's, else the config's
 ``policy.arch``. ``paper``: :class:`dl2ray.envs.dl2_env.DL2Env` and
-:class:`~dl2ray.learn.rllib_module.DL2TorchRLModule` (APPO:
-:class:`~dl2ray.learn.rllib_module.DL2APPOTorchRLModule`), the masked DL2
+:class:`~dl2ray.learn.rllib.module.DL2TorchRLModule` (APPO:
+:class:`~dl2ray.learn.rllib.module.DL2APPOTorchRLModule`), the masked DL2
 policy/value networks; ``shape``: :class:`dl2ray.envs.shape_env.ShapeEnv` (``run.max_jobs``
-job rows) and :class:`~dl2ray.learn.rllib_shape_module.ShapeTorchRLModule` (APPO:
-:class:`~dl2ray.learn.rllib_shape_module.ShapeAPPOTorchRLModule`), the shape
+job rows) and :class:`~dl2ray.learn.rllib.shape_module.ShapeTorchRLModule` (APPO:
+:class:`~dl2ray.learn.rllib.shape_module.ShapeAPPOTorchRLModule`), the shape
 network with per-job menu masks and a value head of its own.
 
 1. ``algo.train()``: RLlib samples episodes of the architecture's environment
@@ -29,7 +29,7 @@ network with per-job menu masks and a value head of its own.
    very function (and traces) ``dl2ray train rl`` selects models with. The policy
    validated is the sampler's (``algo.get_module()``), a copy the learner's thread
    never writes to while it is read.
-3. A better validation JCT exports that policy (:mod:`dl2ray.learn.rllib_export`,
+3. A better validation JCT exports that policy (:mod:`dl2ray.learn.rllib.export`,
    ``OUT/policy.pt`` in the architecture's checkpoint format: what ``rllib:OUT``
    and ``dl2:OUT/policy.pt`` run) and saves the whole algorithm
    (``OUT/rllib/``, ``Algorithm.save_to_path``; RLlib users restore it with
@@ -228,7 +228,7 @@ def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]
     if run_arch(cfg, run) == "shape":
         from dl2ray.envs.shape_env import ShapeEnv
         from dl2ray.knowledge import operator_config
-        from dl2ray.learn.rllib_shape_module import (
+        from dl2ray.learn.rllib.shape_module import (
             ShapeAPPOTorchRLModule,
             ShapeTorchRLModule,
             shape_module_config,
@@ -242,7 +242,7 @@ def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]
         return (ShapeEnv, ShapeAPPOTorchRLModule if appo else ShapeTorchRLModule,
                 shape_module_config(enc, s.embed, s.head, max_jobs, run.seed, run.init))
     from dl2ray.envs.dl2_env import DL2Env
-    from dl2ray.learn.rllib_module import DL2APPOTorchRLModule, DL2TorchRLModule, module_config
+    from dl2ray.learn.rllib.module import DL2APPOTorchRLModule, DL2TorchRLModule, module_config
     from dl2ray.policy.encoding import Encoding
 
     return (DL2Env, DL2APPOTorchRLModule if appo else DL2TorchRLModule,
@@ -265,7 +265,7 @@ def train_rllib(cfg: ExperimentConfig, run: RLlibRun, out: Path, progress: Progr
 
     ``notes`` (plain data, e.g. the Ray session's folder) go into ``run.json`` as they are.
     """
-    from dl2ray.learn.rl import heuristic_jct
+    from dl2ray.learn.validation import heuristic_jct
 
     val_seeds = seedsets.validation(run.val_traces)
     result = RLlibResult(run, val_seeds, heuristic_jct(cfg, "drf", val_seeds), notes=dict(notes or {}),
@@ -322,8 +322,8 @@ def _iteration(algo, it: int, start: float) -> IterationRow:
 def _validate(cfg: ExperimentConfig, algo, out: Path, result: RLlibResult, it: int, start: float
               ) -> Validation:
     """Validate the learner's current module; export it (and save the algorithm) if it is the best."""
-    from dl2ray.learn.rl import validate
-    from dl2ray.learn.rllib_export import export_policy
+    from dl2ray.learn.rllib.export import export_policy
+    from dl2ray.learn.validation import validate
 
     module = algo.get_module()
     best = result.best

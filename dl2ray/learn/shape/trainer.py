@@ -1,7 +1,7 @@
-"""The shape policy's RL trainer: :mod:`dl2ray.learn.counterfactual` (or, ``--algo pg``, the on-policy
-:mod:`dl2ray.learn.shape_pg`; ``--algo mix``, both in one update, :mod:`dl2ray.learn.shape_mix`)
+"""The shape policy's RL trainer: :mod:`dl2ray.learn.shape.counterfactual` (or, ``--algo pg``, the on-policy
+:mod:`dl2ray.learn.shape.pg`; ``--algo mix``, both in one update, :mod:`dl2ray.learn.shape.mix`)
 behind the :class:`~dl2ray.learn.records.Learner` interface that
-:func:`~dl2ray.learn.rl.train_rl` drives.
+:func:`~dl2ray.learn.train.train_rl` drives.
 
 ``dl2ray train rl --algo counterfactual`` (and ``experiment ablation --rl-opt
 algo=counterfactual``): the same files (``OUT.pt``, ``OUT.best.pt``,
@@ -33,7 +33,6 @@ import torch
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn import seeds as seedsets
-from dl2ray.learn.counterfactual import Collected, improve_policy
 from dl2ray.learn.records import (
     CounterfactualRow,
     MixRow,
@@ -41,13 +40,15 @@ from dl2ray.learn.records import (
     RLOptions,
     RLResult,
     ValidationRow,
+    algorithm,
     restore_result,
     result_doc,
     rng_state,
 )
-from dl2ray.learn.shape_mix import mix_update
-from dl2ray.learn.shape_pg import OnPolicyCollector, build_job_value, pg_update
-from dl2ray.learn.twin import TwinExperience
+from dl2ray.learn.shape.counterfactual import Collected, improve_policy
+from dl2ray.learn.shape.mix import mix_update
+from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, pg_update
+from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.learn.validation import validate
 from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import ShapeEncoding
@@ -88,10 +89,11 @@ class ShapeTrainer:
         self.sample_rng = np.random.default_rng([seed, 1])
         self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)
         self.collector = self.experience.collector
+        self.algorithm = algorithm(opts.algo)
         self.pg: OnPolicyCollector | None = None
-        if opts.algo in ("pg", "mix"):  # on-policy per-job policy gradient in the same twin, own baseline
+        if self.algorithm.on_policy:  # on-policy per-job policy gradient in the same twin, own baseline
             # pg plays on the collector's simulators (it has no tries); mix needs its own beside the tries'
-            sims = self.experience.simulators() if opts.algo == "mix" else self.collector.sims
+            sims = self.experience.simulators() if self.algorithm.counterfactual else self.collector.sims
             self.pg = OnPolicyCollector(sims, self.enc, self.collector.source, self.sample_rng, opts.credit)
             self.value = build_job_value(self.enc, s.head, seed)
             self.value_opt = torch.optim.Adam(self.value.parameters(), lr=s.lr)
@@ -101,7 +103,9 @@ class ShapeTrainer:
 
     @property
     def episodes(self) -> int:
-        return self.pg.episodes if self.opts.algo == "pg" and self.pg is not None else self.collector.episodes
+        if self.pg is not None and not self.algorithm.counterfactual:
+            return self.pg.episodes
+        return self.collector.episodes
 
     def update(self) -> CounterfactualRow | PolicyGradientRow | MixRow:
         """Collect one update's experience (greedy episodes and counterfactual rollouts; ``pg``: episodes
@@ -110,8 +114,7 @@ class ShapeTrainer:
         self.updates += 1
         row: CounterfactualRow | PolicyGradientRow | MixRow
         control = self.sample_rng if self.opts.zero_advantage else None
-        if self.opts.algo == "mix":
-            assert self.pg is not None
+        if self.pg is not None and self.algorithm.counterfactual:
             tries = self.experience.collect(policy)
             played = self.pg.collect(policy, self.cfg.policy.shape.envs)
             row = mix_update(self.policy, self.value, self.opt, self.value_opt, tries, played,

@@ -1,19 +1,19 @@
 """Twin credit and on-policy advantages in one update of the shape policy (``--algo mix``).
 
 Issue 22's third direction. The two learners it mixes fail in opposite ways
-(docs/RESULTS.md): the counterfactual learner (:mod:`dl2ray.learn.counterfactual`) measures one
+(docs/RESULTS.md): the counterfactual learner (:mod:`dl2ray.learn.shape.counterfactual`) measures one
 job's choice exactly, but only for the few jobs and rows it tries per slot, on the states the
 *greedy* policy visits and under a greedy continuation; the on-policy learner
-(:mod:`dl2ray.learn.shape_pg`) credits *every* decision of the sampled policy, but with a return so
+(:mod:`dl2ray.learn.shape.pg`) credits *every* decision of the sampled policy, but with a return so
 noisy that its updates are matched by its shuffled control. The mix takes both kinds of experience
 each update from the same twin and steps on the sum of the two objectives:
 
 ``L(θ) = L_cf(θ) + w · L_pg(θ)``
 
 - ``L_cf``: the KL-limited improvement loss of the counterfactual learner on its tries, with the
-  entropy bonus ``β·H`` (:class:`~dl2ray.learn.counterfactual.ImprovementTarget`);
+  entropy bonus ``β·H`` (:class:`~dl2ray.learn.shape.counterfactual.ImprovementTarget`);
 - ``L_pg``: PPO's clipped surrogate on the sampled episodes' per-job advantages (credit ``job`` or
-  ``slot`` minus the learned baseline ``V(x_j, g)``; :class:`~dl2ray.learn.shape_pg.SurrogateTarget`),
+  ``slot`` minus the learned baseline ``V(x_j, g)``; :class:`~dl2ray.learn.shape.pg.SurrogateTarget`),
   without a second entropy bonus;
 - ``w``: ``mix_weight`` (``--mix-weight``, default 1: both terms' gradients are of the same order,
   the first a cross-entropy to targets, the second standardised advantages).
@@ -22,7 +22,8 @@ Up to ``epochs`` Adam steps, stopped once the policy moved more than ``trust`` (
 ``KL(π_old ‖ π_θ)``) on *either* batch's jobs. The control (``zero_advantage``) shuffles both: each
 try's advantages among its rows and the on-policy advantages among the update's decisions.
 
-The on-policy episodes run on simulators of their own (:meth:`~dl2ray.learn.twin.TwinExperience.simulators`):
+The on-policy episodes run on simulators of their own
+(:meth:`~dl2ray.learn.shape.twin.TwinExperience.simulators`):
 the counterfactual collector's side-by-side episodes continue across updates and must not be reset.
 """
 
@@ -32,9 +33,9 @@ import numpy as np
 import torch
 
 from dl2ray.config import ShapeConfig
-from dl2ray.learn.counterfactual import Collected, ImprovementTarget
 from dl2ray.learn.records import MixRow
-from dl2ray.learn.shape_pg import JobValue, Played, SurrogateTarget
+from dl2ray.learn.shape.counterfactual import Collected, ImprovementTarget
+from dl2ray.learn.shape.pg import JobValue, Played, SurrogateTarget
 from dl2ray.policy.shape_net import ShapePolicyNet
 
 

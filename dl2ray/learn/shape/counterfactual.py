@@ -61,7 +61,7 @@ import torch
 from scipy.optimize import minimize_scalar
 
 from dl2ray.learn.actor_critic import masked_entropy
-from dl2ray.learn.shape_sl import PaddedSlots, SlotSample
+from dl2ray.learn.shape.sl import PaddedSlots, SlotSample
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
 from dl2ray.sim import Simulator, StepResult
@@ -102,7 +102,7 @@ def job_reward(sim: Simulator, view: ClusterView) -> float:
 
 EpisodeSource = Callable[[int], tuple[int, Trace | None]]
 """Episode ``k`` of a collector → ``(seed, trace)``: the seed to reset with and the trace to replay (None:
-the one the seed generates). :meth:`dl2ray.learn.twin.ObservedTwin.episode` is one."""
+the one the seed generates). :meth:`dl2ray.learn.shape.twin.ObservedTwin.episode` is one."""
 
 
 class CounterfactualCollector:
@@ -245,7 +245,7 @@ class ImprovementTarget:
     """The per-job targets of one KL-limited improvement on ``data``'s tries (module docstring, "Update"),
     fixed before the first Adam step: :meth:`loss` is what every step minimises, :meth:`moved` the mean
     ``KL(π_old ‖ π_θ)`` over every job of the update's slots. :func:`improve_policy` steps on it alone;
-    the mixed learner (:mod:`dl2ray.learn.shape_mix`) adds the on-policy surrogate to its loss.
+    the mixed learner (:mod:`dl2ray.learn.shape.mix`) adds the on-policy surrogate to its loss.
 
     ``empty``: no try had two rows (nothing to learn from); then :meth:`loss` is never called."""
 

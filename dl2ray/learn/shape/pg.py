@@ -1,11 +1,11 @@
 """On-policy per-job policy gradient for the shape policy, with a learned value baseline (``--algo pg``).
 
-The counterfactual learner (:mod:`dl2ray.learn.counterfactual`) measures one job's choice by
+The counterfactual learner (:mod:`dl2ray.learn.shape.counterfactual`) measures one job's choice by
 re-simulating the slot; this one is the classic alternative issue 22 names: learn from the episodes
 the *sampled* policy plays, crediting each job's choice with a return and a learned baseline.
 
 **Collection** (:class:`OnPolicyCollector`): ``policy.shape.envs`` whole episodes per update in the
-learner's twin (the same :class:`~dl2ray.learn.twin.TwinExperience` simulators and episode source as
+learner's twin (the same :class:`~dl2ray.learn.shape.twin.TwinExperience` simulators and episode source as
 the counterfactual learner: operator-world episodes of the config, or replays of what the cluster
 showed), every slot decided by :func:`~dl2ray.policy.shape.decide_shapes` with ``rng``: each job's
 menu row is *sampled* from its policy over the rows its mask allows at its turn (Gumbel-max, on
@@ -33,7 +33,7 @@ never shipped. Advantage ``A = credit − V``, standardised over the update's jo
 update's job decisions exceeds ``trust`` (the same KL limit as the counterfactual learner).
 
 Random streams: the sampled rows from the generator the learner passes (``[seed, 1]`` in
-:class:`~dl2ray.learn.shape_rl.ShapeTrainer`); the value network's initialisation from ``[seed, 3]``.
+:class:`~dl2ray.learn.shape.trainer.ShapeTrainer`); the value network's initialisation from ``[seed, 3]``.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import torch
 from torch import nn
 
 from dl2ray.learn.actor_critic import masked_entropy
-from dl2ray.learn.counterfactual import EpisodeSource, job_reward
 from dl2ray.learn.records import PolicyGradientRow
-from dl2ray.learn.shape_sl import PaddedSlots, SlotSample, masked_job_logits
+from dl2ray.learn.shape.counterfactual import EpisodeSource, job_reward
+from dl2ray.learn.shape.sl import PaddedSlots, SlotSample, masked_job_logits
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
 from dl2ray.sim import Simulator
@@ -159,7 +159,7 @@ class SurrogateTarget:
     baseline ``value`` to ``data``'s standardised credit (``4·epochs`` Adam steps) and fixes the
     standardised advantages and the old policy; :meth:`loss` is PPO's clipped surrogate every step
     minimises, :meth:`moved` the mean ``KL(π_old ‖ π_θ)`` over the update's job decisions.
-    :func:`pg_update` steps on it alone; the mixed learner (:mod:`dl2ray.learn.shape_mix`) adds it to the
+    :func:`pg_update` steps on it alone; the mixed learner (:mod:`dl2ray.learn.shape.mix`) adds it to the
     counterfactual improvement.
 
     ``control`` (the zero-advantage control run): the advantages are shuffled among the update's job
