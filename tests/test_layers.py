@@ -62,10 +62,12 @@ def test_lint_reports_an_import_that_closes_a_cycle(broken_tree, module: str, ta
 def test_lint_fails_on_a_module_no_room_holds(tmp_path, module: str) -> None:
     """The layers contracts are exhaustive: a new module must be placed before lint passes."""
     for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pt", "*.so"))
+        shutil.copytree(ROOT / pkg, tmp_path / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pt", "*.so"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / (module.replace(".", "/") + ".py")).write_text('"""Placed nowhere."""\n')
     lint = Path(sys.executable).with_name("lint-imports")
-    proc = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and module in out, out[-2000:]
