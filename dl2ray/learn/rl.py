@@ -55,7 +55,7 @@ from dl2ray.learn.records import (
 from dl2ray.learn.replay import ReplayBuffer
 from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.learn.shape.search import ShapeSearchCollector
-from dl2ray.learn.validation import validate
+from dl2ray.learn.validation import validation_row
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
     NumpyPolicy,
@@ -177,9 +177,7 @@ class Trainer:
         return row
 
     def validate(self) -> ValidationRow:
-        row = ValidationRow(self.updates, validate(self.val_cfg, self.policy, self.val_seeds))
-        self.result.validation.append(row)
-        return row
+        return validation_row(self)
 
     # -- checkpoints ---------------------------------------------------------------------
 

@@ -3,9 +3,12 @@ the same traces (the reference every run is compared with)."""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 
 from dl2ray.config import ExperimentConfig
+from dl2ray.learn.records import RLResult, ValidationRow
 
 
 def validate(cfg: ExperimentConfig, policy, trace_seeds: list[int]) -> float:
@@ -33,3 +36,23 @@ def heuristic_jct(cfg: ExperimentConfig, name: str, trace_seeds: list[int]) -> f
     sim = build_simulator(cfg)
     runs = [censored_avg_jct(run_episode(sim, make_scheduler(name, cfg), s)) for s in trace_seeds]
     return float(np.mean(runs))
+
+
+class Validated(Protocol):
+    """What :func:`validation_row` reads of a trainer."""
+
+    @property
+    def updates(self) -> int: ...
+
+    val_cfg: ExperimentConfig
+    val_seeds: list[int]
+    policy: Any
+    result: RLResult
+
+
+def validation_row(trainer: Validated) -> ValidationRow:
+    """A trainer's validation now (:func:`validate` of its policy on its validation traces), recorded in
+    its result and returned: what both trainers' ``validate()`` is."""
+    row = ValidationRow(trainer.updates, validate(trainer.val_cfg, trainer.policy, trainer.val_seeds))
+    trainer.result.validation.append(row)
+    return row

@@ -118,11 +118,7 @@ class ShapeSearchCollector(ImprovementCollector):
 
     def improve(self, policy, e: int) -> list[Improvement]:
         sim = self.sims[e]
-        if self._views[e] is None:
-            self._views[e] = sim.reset(self.trace_seeds[self.episodes % len(self.trace_seeds)])
-            self.episodes += 1
-        view = self._views[e]
-        assert view is not None
+        view = self.episode_view(e)
         greedy = decide_slot(view, policy, self.enc)
         snap = sim.snapshot()
         # the slot's futures (same for every move): far from the training/validation/test seed sets

@@ -49,7 +49,7 @@ from dl2ray.learn.shape.counterfactual import Collected, improve_policy
 from dl2ray.learn.shape.mix import mix_update
 from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, pg_update
 from dl2ray.learn.shape.twin import TwinExperience
-from dl2ray.learn.validation import validate
+from dl2ray.learn.validation import validation_row
 from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import (
@@ -133,9 +133,7 @@ class ShapeTrainer:
         return row
 
     def validate(self) -> ValidationRow:
-        row = ValidationRow(self.updates, validate(self.val_cfg, self.policy, self.val_seeds))
-        self.result.validation.append(row)
-        return row
+        return validation_row(self)
 
     def save(self, path: Path) -> None:
         extra = {"kind": "rl", "seed": self.seed, "updates": self.updates,
