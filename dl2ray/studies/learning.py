@@ -267,7 +267,7 @@ def training_curve(
 
     The flat lines (``sl-only``: the greedy SL policy; ``teacher``: the heuristic)
     are measured once on the same validation traces, with the same JCT as the
-    runs' validation (:func:`dl2ray.learn.rl.validate`: unfinished jobs counted
+    runs' validation (:func:`dl2ray.learn.validation.validate`: unfinished jobs counted
     until the run stopped), and repeated at every validated update so that every
     run has the same x values.
     """

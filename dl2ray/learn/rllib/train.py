@@ -25,7 +25,7 @@ network with per-job menu masks and a value head of its own.
    behind the learner (PPO's is synchronised at the end of every iteration).
 2. Before the first and every ``val_every`` iterations (and after the last):
    the greedy policy's average JCT on ``val_traces`` validation traces, unfinished
-   jobs counted until ``sim.max_slots`` — :func:`dl2ray.learn.rl.validate`, the
+   jobs counted until ``sim.max_slots`` — :func:`dl2ray.learn.validation.validate`, the
    very function (and traces) ``dl2ray train rl`` selects models with. The policy
    validated is the sampler's (``algo.get_module()``), a copy the learner's thread
    never writes to while it is read.
