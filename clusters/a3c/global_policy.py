@@ -85,7 +85,7 @@ class A3COptions:
     threads: int = 1  # torch CPU threads per actor (more only steal the other agents' cores)
     max_update_norm: float | None = None  # a push with a larger L2 norm is refused; None: the arch's default
     max_lag: int | None = None  # a push computed on weights more than this many updates old is refused
-    twin: Literal["config", "observed"] = "config"  # shape agents' twin (clusters.a3c.local.CounterfactualStep)
+    twin: Literal["config", "observed"] = "config"  # shape agents: where tries run (a3c.local)
     twin_window: int = 8  # observed twin: the newest observed traces it replays
     observe_every: int = 1  # observed twin: updates per episode run on the agent's own cluster
     zero_advantage: bool = False  # shape agents: the control (each try's advantages shuffled)
