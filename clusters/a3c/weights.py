@@ -8,7 +8,8 @@ Two architectures travel the same way (``policy.arch``):
 - ``shape``: the shipped shape policy (one network, no critic); a push is the *pseudo-gradient*
   ``θ_pulled − θ_improved`` of the agent's KL-limited improvement
   (:class:`clusters.a3c.local.CounterfactualStep`), which the master applies with :class:`OuterStep`
-  (``θ ← θ − g``, outer SGD with rate 1, as in federated averaging): with one agent and no lag the master's weights are exactly the agent's.
+  (``θ ← θ − g``, outer SGD with rate 1, as in federated averaging): with one agent and no lag the
+  master's weights are exactly the agent's.
 
 ``value`` is ``None`` for the shape architecture wherever a ``(policy, value)`` pair is taken.
 """
