@@ -136,6 +136,7 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
     """The experiment of the module docstring; ``learning_seeds``: default the learner's seed only."""
     from clusters.a3c.weights import with_hidden_of
     from clusters.federation.config import load_federation, member_config
+    from clusters.federation.kinds import kind_of
     from clusters.runtime import start_ray
     from dl2ray import seeds
 
@@ -145,7 +146,7 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
         if name not in known:
             raise UserError(f"--member: {name!r}: no such member of {path}; members: {', '.join(known)}")
     chosen = [i for i, m in enumerate(fed.members)
-              if m.backend.kind == "sim" and (members is None or m.name in members)]
+              if kind_of(fed, i).simulated and (members is None or m.name in members)]
     idx = [i for i in chosen if fed.members[i].mode == "learn"]
     held_out = [i for i in chosen if fed.members[i].mode == "shadow"]
     if not idx:
