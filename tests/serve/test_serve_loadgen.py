@@ -25,9 +25,12 @@ def test_open_loop_counts_every_request_by_status(endpoint, views, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"view": 1}')
     (ok,) = _loadgen(endpoint.url, body, "--rate", "20", "--seconds", "1")
-    assert ok["requests"] == 20 and ok["statuses"] == {"200": 20} and ok["ok"] == 20
+    # on a loaded machine the endpoint may refuse a few early (503, its overload guard): every request
+    # is still counted, under its own status
+    assert ok["requests"] == 20 and set(ok["statuses"]) <= {"200", "503"}
+    assert sum(ok["statuses"].values()) == 20 and ok["ok"] == ok["statuses"]["200"] > 0
     assert 0 < ok["latency_ok"]["p50_ms"] <= ok["latency_ok"]["max_ms"]
-    assert ok["latency_refused"]["p50_ms"] is None
+    assert (ok["latency_refused"]["p50_ms"] is None) == ("503" not in ok["statuses"])
     (refused,) = _loadgen(endpoint.url, bad, "--rate", "10", "--seconds", "1")
     assert refused["statuses"] == {"422": 10} and refused["ok"] == 0
     (nobody,) = _loadgen(f"http://127.0.0.1:{free_port()}", body, "--rate", "5", "--seconds", "1")
