@@ -227,7 +227,7 @@ class ImproveConfig(_Frozen):
     operator: Literal["step", "shape"] = Field(
         default="step", description="step: re-take single decision steps (dl2ray.learn.improve); shape: "
         "local search over each job's (workers, PS) in the slot, whole slot labelled "
-        "(dl2ray.learn.shape_search)")
+        "(dl2ray.learn.shape.search)")
     rounds: int = Field(default=2, ge=1, description="shape: moves per slot at most (improvement rounds)")
     min_gain: float = Field(default=0.0, ge=0, description="shape: a move is taken only if it beats the "
                             "current counts' return by more than this (near-ties are noise to imitate)")
@@ -238,7 +238,7 @@ class ImproveConfig(_Frozen):
 class ShapeConfig(_Frozen):
     """The shape policy (``policy.arch: shape``; :mod:`dl2ray.policy.shape`) and its counterfactual
     per-job policy optimisation (``dl2ray train rl --algo counterfactual``;
-    :mod:`dl2ray.learn.counterfactual`).
+    :mod:`dl2ray.learn.shape.counterfactual`).
 
     Menu: wait, then every ``(w, p)`` of ``menu_workers × menu_ps``. Learning, per update:
     ``slots_per_update`` greedy slots of ``envs`` side-by-side training episodes; in each, up to
@@ -350,7 +350,7 @@ class PolicyConfig(_Frozen):
     train_world: Literal["truth", "operator"] = Field(
         default="truth", description="the simulator the learners train in (SL teacher runs, RL experience): "
         "truth = the simulator's true speeds; operator = the operator's profile in their place "
-        "(dl2ray.experiments.build_simulator), so no trained weight has seen the truth. Model selection "
+        "(dl2ray.world.build_simulator), so no trained weight has seen the truth. Model selection "
         "(validation JCT) and every reported number run on the truth")
     arch: Literal["paper", "shape"] = Field(
         default="paper", description="paper: the DL2 paper's 3J+1 incremental actions over a window "

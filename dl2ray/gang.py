@@ -1,7 +1,7 @@
 """Gang mode: the non-preemptive, fixed-size sibling of the DL2 simulator (SCHED², Harmony).
 
 Opt-in with a ``gang`` group in the config (:class:`dl2ray.config.GangConfig`);
-:func:`dl2ray.experiments.build_simulator` then builds a :class:`GangSimulator`,
+:func:`dl2ray.world.build_simulator` then builds a :class:`GangSimulator`,
 which *is* a :class:`~dl2ray.sim.Simulator` (same ``reset(seed)`` /
 ``step(allocation)``, same :class:`~dl2ray.view.ClusterView` and
 :class:`~dl2ray.view.Allocation`) with these rules on top:

@@ -16,7 +16,7 @@ type, not of the type's mean), ``φ`` the compute share of its iteration and
 ``v`` = ``speed.variation`` (the noise of one measurement). ``runs`` > 1
 profiles that many jobs per type and averages their points. On a live
 cluster the same file comes from timing real elastic MXNet jobs
-(:mod:`dl2ray.profile_live`).
+(:mod:`clusters.profile_live`).
 
 Fits (``fit``), per type, over its measured points:
 
@@ -29,7 +29,7 @@ The file (JSON, :func:`save_profile` / :func:`load_profile`) keeps the raw
 points, the fit and the fitted grid ``speed[p-1][w-1]`` (batches/s) up to the
 type's caps; :meth:`Profile.seconds_per_epoch` is what the planner plans with
 and :meth:`Profile.surfaces` what the operator's simulator (the DL2 policy's
-training world, :func:`dl2ray.experiments.build_simulator` with
+training world, :func:`dl2ray.world.build_simulator` with
 ``world="operator"``) runs on.
 """
 

@@ -17,7 +17,7 @@ SPENT_TEST = range(3_000_000, 3_100_000)
 reproducible with the ``*-clairvoyant`` configs and ``--seed 3000000``; no new result is reported on it."""
 
 TWIN = range(9_000_000, 10_000_000)
-"""The seeds of a twin's own draws (:mod:`dl2ray.learn.twin`): per-job speed factors and slot noise of a
+"""The seeds of a twin's own draws (:mod:`dl2ray.learn.shape.twin`): per-job speed factors and slot noise of a
 replayed observed trace. Never the seed of a real trace, so a twin never re-draws its cluster's hidden
 factors."""
 

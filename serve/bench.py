@@ -291,7 +291,7 @@ def in_process(cfg, ckpt: Path, body: bytes, proto: bytes, repeats: int = 300) -
 def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s: float, seed: int,
         modes: list[tuple[str, int]], grpc_modes: list[str], factor: float = 3.0, bound_ms: float = 25.0,
         plot: Path | None = None, log_dir: Path | None = None) -> dict:
-    from dl2ray.bench import busy_view
+    from dl2ray.cli.bench import busy_view
     from dl2ray.config import load_config
     from serve.app import ServeSettings
     from serve.client import ServeScheduler

@@ -29,7 +29,7 @@ The bound is on *waiting*: a request with nothing ahead of it is always
 decided, however long its own decision takes (a huge view, a slow moment of
 the machine). ``bound_s = 0`` turns admission off (every request is decided,
 however late).
-The decisions run one at a time on a thread of their own (:meth:`serve.app.DecisionService.admitted`),
+The decisions run one at a time on a thread of their own (:meth:`serve.service.DecisionCore.admitted`),
 so the event loop stays free to read, count and refuse new requests while one is decided; the
 counters change only on the event loop (:meth:`Ticket.late` only reads): no locks.
 """

@@ -2,7 +2,7 @@
 
 The core may not import ``serve`` (import-linter), so these commands reach the
 CLI through the ``dl2ray.plugins`` entry point (``pyproject.toml``), which the
-core calls with its :class:`~dl2ray.commands.Plugins` registry. (The
+core calls with its :class:`~dl2ray.cli.commands.Plugins` registry. (The
 ``serve:URL`` scheduler comes through the ``dl2ray.schedulers`` entry point.)
 Importing this module imports neither Ray nor FastAPI.
 """
@@ -21,7 +21,7 @@ from dl2ray.errors import UserError
 from dl2ray.report import emit
 
 if TYPE_CHECKING:
-    from dl2ray.commands import Plugins
+    from dl2ray.cli.commands import Plugins
 
 
 def register(plugins: Plugins) -> None:

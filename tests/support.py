@@ -38,7 +38,7 @@ def tiny_shape_config() -> ExperimentConfig:
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     """Run ``dl2ray ARGV`` in-process; return (exit code, stdout, stderr)."""
-    from dl2ray.cli import main
+    from dl2ray.cli.app import main
 
     try:
         main(list(argv))

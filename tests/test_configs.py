@@ -7,10 +7,10 @@ import yaml
 from support import CONFIGS
 
 from dl2ray.config import ConfigError, load_config
-from dl2ray.experiments import build_simulator
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.drf import DRF
 from dl2ray.workload import load_catalogue
+from dl2ray.world import build_simulator
 
 # configs/k8s/ holds Kubernetes manifests, not dl2ray configs: tests/k8s validates them
 ALL_YAML = sorted(p for p in CONFIGS.rglob("*.yaml") if "k8s" not in p.relative_to(CONFIGS).parts[:-1])

@@ -8,7 +8,7 @@ from gymnasium.utils.env_checker import check_env
 from support import small_config
 
 from dl2ray import seeds
-from dl2ray.env import REWARDS, DL2Env
+from dl2ray.envs.dl2_env import REWARDS, DL2Env
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
@@ -158,7 +158,7 @@ def test_rllib_ppo_runs_one_iteration(ray_session) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from dl2ray.learn.rllib_module import DL2TorchRLModule, module_config
+    from dl2ray.learn.rllib.module import DL2TorchRLModule, module_config
 
     config = (
         PPOConfig()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from support import small_config
 
-from dl2ray.experiments import Comparison, RunOutcome, build_simulator
+from dl2ray.comparison import Comparison, RunOutcome
 from dl2ray.sim import Change, Simulator, _train
 from dl2ray.speed import (
     SpeedModel,
@@ -20,6 +20,7 @@ from dl2ray.speed import (
 )
 from dl2ray.view import Allocation, JobPlacement, Tasks
 from dl2ray.workload import JobSpec
+from dl2ray.world import build_simulator
 
 BIG = 1e9  # epochs: no job finishes in these tests
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from support import CONFIGS, run_cli, small_config
 
-from dl2ray.experiments import _speed_model, build_simulator
 from dl2ray.profile import (
     DEFAULT_POINTS,
     ProfileError,
@@ -19,10 +18,11 @@ from dl2ray.profile import (
     save_profile,
 )
 from dl2ray.speed import Measurement, optimus_speed, spread_layout
+from dl2ray.world import build_simulator, speed_model
 
 
 def test_a_noiseless_profile_of_identical_jobs_measures_the_true_surface(testbed):
-    speed = _speed_model(testbed)
+    speed = speed_model(testbed)
     got = measure(speed, seed=0, deviation=0.0, noise=0.0, points=((1, 1), (2, 4)))
     t = testbed.catalogue.index("vgg-16")
     assert [(m.ps, m.workers) for m in got["vgg-16"]] == [(1, 1), (2, 4)]
@@ -30,7 +30,7 @@ def test_a_noiseless_profile_of_identical_jobs_measures_the_true_surface(testbed
 
 
 def test_measurements_carry_the_profiling_jobs_deviation_and_noise(testbed):
-    speed = _speed_model(testbed)
+    speed = speed_model(testbed)
     clean = measure(speed, 0, 0.0, 0.0)
     a, b = measure(speed, 0, 0.2, 0.05), measure(speed, 0, 0.2, 0.05)
     assert a == b  # seeded
@@ -52,7 +52,7 @@ def test_the_optimus_fit_recovers_a_surface_of_its_own_form(testbed):
 
 
 def test_profile_file_round_trips_and_costs_are_seconds_per_epoch(tmp_path, testbed):
-    measured = measure(_speed_model(testbed), 3, 0.1, 0.0)
+    measured = measure(speed_model(testbed), 3, 0.1, 0.0)
     prof = fit_profile(testbed.catalogue, measured, "interpolate", {"x": 1})
     path = save_profile(prof, tmp_path / "p.json")
     back = load_profile(path)
@@ -81,7 +81,7 @@ def test_a_malformed_profile_is_refused_naming_the_field(tmp_path, doc, field):
 def test_a_config_without_profile_or_with_a_partial_one_is_refused(tmp_path, testbed):
     with pytest.raises(ProfileError, match="profile: the config names no operator profile"):
         config_profile(testbed)
-    prof = fit_profile(testbed.catalogue, measure(_speed_model(testbed), 0, 0.0, 0.0), "optimus", {})
+    prof = fit_profile(testbed.catalogue, measure(speed_model(testbed), 0, 0.0, 0.0), "optimus", {})
     del prof.types["wlm"]
     save_profile(prof, tmp_path / "partial.json")
     cfg = small_config(profile=str(tmp_path / "partial.json"))

@@ -132,8 +132,8 @@ def test_no_scheduler_beats_the_bound_of_any_job_in_the_realistic_world(
         "speed": realistic.speed.model_copy(update={
             "job_deviation": deviation, "variation": variation, "interference": interference}),
     })
-    from dl2ray.experiments import build_simulator
     from dl2ray.traces.generate import generate_trace
+    from dl2ray.world import build_simulator
 
     trace = generate_trace(cfg, seed)
     sim = build_simulator(cfg, trace)

@@ -85,7 +85,8 @@ def _single_process(cfg: ExperimentConfig, init: Path | None, seconds: float, se
     """The single-process trainer's row: one warm-up update, then updates until ``seconds`` have passed."""
     import time
 
-    from dl2ray.learn.rl import RLOptions, make_trainer
+    from dl2ray.learn.records import RLOptions
+    from dl2ray.learn.train import make_trainer
 
     trainer = make_trainer(cfg, init, seed, RLOptions(
         traces=traces, algo="counterfactual" if cfg.policy.arch == "shape" else "paper"))

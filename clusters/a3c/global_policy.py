@@ -7,11 +7,11 @@ clusters) and :mod:`clusters.a3c.live` (a live cluster); a federation's learner 
   :class:`~dl2ray.learn.actor_critic.ActorCriticOptimizer` (two Adams). Each
   gradient is applied **on arrival** (:meth:`GlobalPolicyImpl.push`), whatever
   weights it was computed on (Hogwild-style staleness, as in A3C). It keeps the
-  run's :class:`~dl2ray.learn.rl.RLResult` (one :class:`~dl2ray.learn.rl.UpdateRow`
+  run's :class:`~dl2ray.learn.records.RLResult` (one :class:`~dl2ray.learn.records.UpdateRow`
   per applied gradient, with the losses the agent computed; validation rows),
   logs both to TensorBoard, and every ``checkpoint_every`` updates writes its
   checkpoint (networks, optimiser state, counts, result; atomically) and the
-  run JSON (:func:`dl2ray.learn.rl.write_run_json`). On a Ray restart it
+  run JSON (:func:`dl2ray.learn.train.write_run_json`). On a Ray restart it
   resumes from that checkpoint, so a crash loses at most
   ``checkpoint_every - 1`` updates.
 - Validation runs **off the update path**, in a :class:`Validator` actor the
@@ -52,7 +52,7 @@ from clusters.a3c.weights import (
 from clusters.runtime import actor_class, incarnation
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn import rl
+from dl2ray.learn import train, validation
 from dl2ray.learn.actor_critic import ActorCriticOptimizer
 from dl2ray.learn.records import RLResult, UpdateRecord, ValidationRow, restore_result, result_doc
 from dl2ray.policy.network import load_checkpoint
@@ -66,7 +66,8 @@ shape policy"), so 10 refuses only what no honest update is."""
 
 @dataclass(frozen=True)
 class A3COptions:
-    """One A3C run's switches and schedule (the A3C counterpart of :class:`~dl2ray.learn.rl.RLOptions`)."""
+    """One A3C run's switches and schedule (the A3C counterpart of
+    :class:`~dl2ray.learn.records.RLOptions`)."""
 
     agents: int = 2  # ClusterAgent actors (one CPU each)
     traces: int = 100  # training traces in all, split between the agents (>= agents)
@@ -84,7 +85,7 @@ class A3COptions:
     threads: int = 1  # torch CPU threads per actor (more only steal the other agents' cores)
     max_update_norm: float | None = None  # a push with a larger L2 norm is refused; None: the arch's default
     max_lag: int | None = None  # a push computed on weights more than this many updates old is refused
-    twin: Literal["config", "observed"] = "config"  # shape agents' twin (clusters.a3c.shape_agent)
+    twin: Literal["config", "observed"] = "config"  # shape agents: where tries run (a3c.local)
     twin_window: int = 8  # observed twin: the newest observed traces it replays
     observe_every: int = 1  # observed twin: updates per episode run on the agent's own cluster
     zero_advantage: bool = False  # shape agents: the control (each try's advantages shuffled)
@@ -122,13 +123,13 @@ class ValidatorImpl:
 
     def baseline(self) -> float:
         """DRF's average JCT (slots) on the validation traces: the reference of every run."""
-        return rl.heuristic_jct(self.cfg, "drf", self.val_seeds)
+        return validation.heuristic_jct(self.cfg, "drf", self.val_seeds)
 
     def validate(self, vec: np.ndarray) -> float:
         """Average JCT (slots) of the greedy policy with parameters ``vec`` (a flat vector,
         :func:`~clusters.a3c.weights.params_vector`)."""
         load_vector(self.policy, self.value, vec)
-        return rl.validate(self.cfg, self.policy, self.val_seeds)
+        return validation.validate(self.cfg, self.policy, self.val_seeds)
 
 
 Validator = actor_class(ValidatorImpl, num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -175,7 +176,7 @@ class GlobalPolicyImpl:
             self._restore(self.checkpoint)
         elif self.checkpoint is not None:  # a restart before the first periodic one resumes from this
             self.save(str(self.checkpoint))
-        self.writer = rl._writer(Path(logdir)) if logdir else None
+        self.writer = train.tensorboard_writer(Path(logdir)) if logdir else None
         self.validator = (Validator.remote(cfg, self.val_seeds, options.threads)
                           if options.val_every is not None else None)
         self._running: _Snapshot | None = None  # submitted to the validator
@@ -220,7 +221,7 @@ class GlobalPolicyImpl:
             self.result.history.append(row)
             self.result.updates = u
             if self.writer is not None:
-                rl._log_update(self.writer, row)
+                train.log_update(self.writer, row)
             every = self.opts.val_every
             if every is not None and (u % every == 0 or u == limit):
                 self._due(_Snapshot(u, params_vector(self.policy, self.value)))
@@ -311,7 +312,7 @@ class GlobalPolicyImpl:
         best = self.result.best
         self.result.validation.append(row)
         if self.writer is not None:
-            rl._log_validation(self.writer, row)
+            train.log_validation(self.writer, row)
         if self.checkpoint is not None and (best is None or row.avg_jct < best.avg_jct):
             self._save_best(snap)
         self._running, waiting, self._waiting = None, self._waiting, None
@@ -338,7 +339,7 @@ class GlobalPolicyImpl:
         self._tick()
         self.save(str(self.checkpoint))
         # write_run_json reads .seed, .opts (a dataclass with .traces) and .result: this class has them.
-        rl.write_run_json(self.checkpoint.with_suffix(".json"), self.cfg, self)  # type: ignore[arg-type]
+        train.write_run_json(self.checkpoint.with_suffix(".json"), self.cfg, self)  # type: ignore[arg-type]
 
     def save(self, path: str) -> None:
         """Write the checkpoint atomically (a kill mid-write leaves the previous one intact)."""

@@ -4,7 +4,7 @@
 The same learner as the simulated agents' (:class:`~clusters.a3c.local.CounterfactualStep`), fed by
 what the live cluster shows. The scheduler decides every slot **greedily** with the current global
 weights (the policy as deployed: the shape policy learns from counterfactual tries, not from sampled
-actions) and hands each view to :class:`~dl2ray.learn.twin.LiveObservations` (arrivals, types,
+actions) and hands each view to :class:`~dl2ray.learn.shape.twin.LiveObservations` (arrivals, types,
 declared and trained epochs). Every ``steps_per_update`` slots (``live.learn.steps_per_update``: for
 the shape policy, slots per push) it starts one push **in a background thread**, so the slot loop
 never waits for rollouts: the observed trace of the last ``window_slots`` slots joins the twin
@@ -29,7 +29,7 @@ import numpy as np
 from clusters.a3c.local import CounterfactualStep, LocalSettings
 from clusters.a3c.weights import load_vector, params_vector
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.twin import LiveObservations
+from dl2ray.learn.shape.twin import LiveObservations
 from dl2ray.policy.shape_net import NumpyShapePolicy, load_shape_policy
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from dl2ray.view import Allocation, ClusterView

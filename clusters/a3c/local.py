@@ -8,8 +8,8 @@ sends it. The two ways of computing a push:
   policy on the agent's own simulated cluster, the actor-critic gradient of the paper
   (:func:`~dl2ray.learn.actor_critic.compute_gradients`); the push is that gradient;
 - :class:`CounterfactualStep` (``shape``): one update's tries in the agent's twin
-  (:class:`~dl2ray.learn.twin.TwinExperience`), the KL-limited improvement of the local copy
-  with its own Adam (:func:`~dl2ray.learn.shape_rl.counterfactual_update`); the push is the
+  (:class:`~dl2ray.learn.shape.twin.TwinExperience`), the KL-limited improvement of the local copy
+  with its own Adam (:func:`~dl2ray.learn.shape.trainer.counterfactual_update`); the push is the
   pseudo-gradient ``θ_taken − θ_improved`` (applied by :class:`~clusters.a3c.weights.OuterStep`).
 
 :func:`local_learner` picks one by ``cfg.policy.arch``.
@@ -31,8 +31,8 @@ from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.records import UpdateRecord, UpdateRow
 from dl2ray.learn.rollout import Collector, to_batch
-from dl2ray.learn.shape_rl import counterfactual_update
-from dl2ray.learn.twin import TwinExperience
+from dl2ray.learn.shape.trainer import counterfactual_update
+from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy
 from dl2ray.policy.shape_net import NumpyShapePolicy
@@ -46,7 +46,7 @@ class LocalSettings:
     steps_per_update: int | None = None  # paper: decision steps per gradient; None: policy.minibatch
     critic: bool = True  # paper: False = REINFORCE over whole episodes
     exploration: bool = True  # paper: job-aware exploration
-    twin: str = "config"  # shape: where the tries are simulated (dl2ray.learn.twin)
+    twin: str = "config"  # shape: where the tries are simulated (dl2ray.learn.shape.twin)
     twin_window: int = 8
     observe_every: int = 1
     zero_advantage: bool = False  # shape: the control (advantages shuffled)

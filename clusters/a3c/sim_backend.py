@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from clusters.agent.backend import SlotOutcome
 from dl2ray.config import ExperimentConfig
-from dl2ray.experiments import build_simulator
 from dl2ray.sim import Simulator
 from dl2ray.view import Allocation, ClusterView
+from dl2ray.world import build_simulator
 
 
 class SimBackend:

@@ -12,7 +12,7 @@ Architecture (``docs/policy.md``, "Federated A3C"):
   architecture — ``paper``: ``steps_per_update`` decision steps with the sampled policy (and
   job-aware exploration) and their actor-critic gradient; ``shape`` (the shipped policy): one
   update's counterfactual tries in the agent's twin (``twin``: ``config`` or ``observed``,
-  :mod:`dl2ray.learn.twin`) and the pseudo-gradient of its KL-limited improvement — and send it
+  :mod:`dl2ray.learn.shape.twin`) and the pseudo-gradient of its KL-limited improvement — and send it
   with ``.remote()``. Every ``pull_every``-th push asks for the weights back in the same call;
   replies are taken up when they have arrived, and the agent blocks only when ``max_in_flight``
   pushes are still unanswered (which bounds staleness and memory; a shape agent waits for every
@@ -50,7 +50,7 @@ from clusters.a3c.reports import AgentReport
 from clusters.a3c.weights import with_hidden_of
 from clusters.runtime import NAMESPACE, actor_class, incarnation
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.rl import RLResult
+from dl2ray.learn.records import RLResult
 
 
 class ClusterAgentImpl:

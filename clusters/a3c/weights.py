@@ -6,9 +6,10 @@ Two architectures travel the same way (``policy.arch``):
 - ``paper``: the DL2 paper's policy and value networks; a push is their gradient, the master steps
   them with :class:`~dl2ray.learn.actor_critic.ActorCriticOptimizer` (two Adams);
 - ``shape``: the shipped shape policy (one network, no critic); a push is the *pseudo-gradient*
-  ``θ_pulled − θ_improved`` of the agent's KL-limited improvement (:mod:`clusters.a3c.shape_agent`),
-  which the master applies with :class:`OuterStep` (``θ ← θ − g``, outer SGD with rate 1, as in
-  federated averaging): with one agent and no lag the master's weights are exactly the agent's.
+  ``θ_pulled − θ_improved`` of the agent's KL-limited improvement
+  (:class:`clusters.a3c.local.CounterfactualStep`), which the master applies with :class:`OuterStep`
+  (``θ ← θ − g``, outer SGD with rate 1, as in federated averaging): with one agent and no lag the
+  master's weights are exactly the agent's.
 
 ``value`` is ``None`` for the shape architecture wherever a ``(policy, value)`` pair is taken.
 """

@@ -16,9 +16,9 @@ from dl2ray.report import emit
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dl2ray.commands import Plugins
+    from dl2ray.cli.commands import Plugins
     from dl2ray.config import ExperimentConfig
-    from dl2ray.learn.rl import RLOptions, RLResult, ValidationRow
+    from dl2ray.learn.records import RLOptions, RLResult, ValidationRow
 
 
 def register_a3c(plugins: Plugins) -> None:
@@ -30,11 +30,11 @@ def register_a3c(plugins: Plugins) -> None:
 def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,
                       options: RLOptions, agents: int, logdir: Path, resume: bool,
                       on_progress: Callable[[int, ValidationRow | None], None]) -> tuple[RLResult, dict]:
-    """``train rl --agents N``: A3C with N agents (:class:`~dl2ray.learn.cli.MultiAgentRL`)."""
+    """``train rl --agents N``: A3C with N agents (:class:`~dl2ray.cli.train.MultiAgentRL`)."""
     from clusters.a3c.global_policy import A3COptions
     from clusters.a3c.training import train_a3c
     from clusters.a3c.weights import checkpoint_kind
-    from dl2ray.learn.rl import ValidationRow
+    from dl2ray.learn.records import ValidationRow, algorithm
     from dl2ray.policy.shape_net import checkpoint_arch
 
     if options.replay or options.prioritized:
@@ -53,7 +53,7 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
                      twin=options.twin)
     # The algorithm names the architecture the agents train: counterfactual the shape policy, paper the
     # paper's networks (an init checkpoint must be of the same one).
-    arch = "shape" if options.algo == "counterfactual" else "paper"
+    arch = algorithm(options.algo).arch
     if init is not None and (have := checkpoint_arch(init)) != arch:
         raise UserError(f"--init: {init} is a {have!r} checkpoint; --algo {options.algo} trains the {arch!r} "
                         "architecture")

@@ -31,7 +31,7 @@ def check(file: FileArg) -> None:
     """Validate the federation file, every member's experiment and every k8s member's kubeconfig context;
     print a one-line summary per member."""
     from clusters.federation.config import load_federation, member_config
-    from clusters.federation.deploy import check_context
+    from clusters.federation.kinds import check_context
 
     fed = load_federation(file)
     for i, m in enumerate(fed.members):

@@ -156,7 +156,7 @@ def learner_ceiling(ray, cfg, out: Path, seed: int, pushes: int) -> dict[str, An
     from clusters.a3c.global_policy import A3COptions
     from clusters.a3c.weights import params_vector
     from clusters.federation.learner import FederatedPolicyImpl
-    from dl2ray.learn.rl import UpdateRow
+    from dl2ray.learn.records import UpdateRow
 
     row = UpdateRow(-1, 0.0, 0.0, 0.0, 0.0, 0.0, 256, 13, 0)
     members = [{"name": "m0", "mode": "learn", "weight": 1.0, "staleness": 10**9}]

@@ -97,7 +97,7 @@ class Learning(FrozenModel):
     threads: int = Field(default=1, ge=1, description="torch threads per actor")
     twin: Literal["config", "observed"] = Field(
         default="observed", description="shape policy: where a member simulates its counterfactual tries: "
-        "observed = a twin it fits from episodes its own cluster ran (dl2ray.learn.twin); config = "
+        "observed = a twin it fits from episodes its own cluster ran (dl2ray.learn.shape.twin); config = "
         "operator-world episodes of its config's workload")
     twin_window: int = Field(default=8, ge=1, description="observed twin: the newest episodes it replays")
     observe_every: int = Field(default=1, ge=1,

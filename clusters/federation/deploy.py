@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -37,19 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from clusters import runtime
-from clusters.federation.config import (
-    LEARNER_RAY,
-    FederationFile,
-    K8sBackendSpec,
-    RayBackendSpec,
-    SimBackendSpec,
-    learner_config,
-    live_member_config,
-    load_federation,
-    member_config,
-)
-from clusters.k8s.config import K8sConfig
-from clusters.ray.config import LiveConfig
+from clusters.federation.config import FederationFile, learner_config, load_federation
+from clusters.federation.kinds import KINDS, kind_of
 from clusters.runtime import NAMESPACE, ray_env
 from dl2ray.errors import UserError
 
@@ -114,53 +102,16 @@ def names(fed: FederationFile) -> dict[str, str]:
     p = fed.actor_prefix
     out = {"learner": f"{p}-learner", "gateway": f"{p}-gateway"}
     for i, m in enumerate(fed.members):
-        out[f"member:{m.name}"] = f"{p}-member-{m.name}"
-        if isinstance(m.backend, RayBackendSpec):
-            cluster = live_member_config(fed, i)[0]
-            assert isinstance(cluster, LiveConfig)
-            out[f"member:{m.name}"] = cluster.live.agent_name
+        out[f"member:{m.name}"] = kind_of(fed, i).actor_name(fed, i)
     return out
 
 
-def _answers(address: str, timeout_s: float = 3.0) -> str | None:
-    """None if something accepts TCP connections at ``host:port``, else why not."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-
-
 def preflight(fed: FederationFile) -> None:
-    """Before anything starts: every ``ray`` member's Ray head answers, every ``k8s`` member's kubeconfig
-    holds its context. UserError naming the field (exit 2)."""
-    for i, m in enumerate(fed.members):
-        if isinstance(m.backend, RayBackendSpec) and m.backend.address != LEARNER_RAY:
-            why = _answers(m.backend.address)
-            if why is not None:
-                raise UserError(f"members.{i}.backend.address: {m.backend.address} ({m.name}): no Ray head "
-                                f"answers there ({why})")
-        elif isinstance(m.backend, K8sBackendSpec):
-            check_context(fed, i)
-
-
-def check_context(fed: FederationFile, index: int) -> None:
-    """Member ``index``'s kubeconfig exists and holds its ``backend.context``; UserError naming the field."""
-    from clusters.k8s.api import kube_contexts
-
-    m = fed.members[index]
-    assert isinstance(m.backend, K8sBackendSpec)
-    cluster = live_member_config(fed, index)[0]
-    assert isinstance(cluster, K8sConfig)
-    path = cluster.kubeconfig_path()
-    assert path is not None  # live_member_config refuses an in-cluster (null) kubeconfig
-    if not path.is_file():
-        raise UserError(f"members.{index}.backend.config: kubernetes.kubeconfig: {path}: no such file")
-    contexts = kube_contexts(str(path))
-    if m.backend.context not in contexts:
-        raise UserError(f"members.{index}.backend.context: {m.backend.context!r} ({m.name}): no such context "
-                        f"in kubeconfig {path} (it has {', '.join(contexts) or 'none'})")
+    """Before anything starts: every member's own checks (:mod:`clusters.federation.kinds`: a ``ray``
+    member's Ray head answers, a ``k8s`` member's kubeconfig holds its context). UserError naming the
+    field (exit 2)."""
+    for i in range(len(fed.members)):
+        kind_of(fed, i).preflight(fed, i)
 
 
 def ensure_learner(fed: FederationFile) -> tuple[Any, Any | None, str | None]:
@@ -199,33 +150,9 @@ def ensure_learner(fed: FederationFile) -> tuple[Any, Any | None, str | None]:
 def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
     """Member ``index``'s agent in the connected Ray (created unless it runs): a simulated member's
     :class:`~clusters.federation.learner.MemberAgentImpl`, a ``ray`` member's live agent, a ``k8s`` member's
-    Kubernetes agent actor. Raises UserError naming the member when its agent cannot start."""
-    import ray
-
-    from clusters.a3c.weights import with_hidden_of
-    from clusters.federation.members import MemberAgent, member_specs
-
-    m = fed.members[index]
-    if not isinstance(m.backend, SimBackendSpec):
-        from clusters.federation import live as fed_live  # live members need torch and the backends
-
-        if isinstance(m.backend, RayBackendSpec):
-            return fed_live.start_ray_member(fed, index, link)
-        agent = fed_live.start_k8s_member(fed, index, link, names(fed)[f"member:{m.name}"])
-        try:
-            ray.get(agent.status.remote(), timeout=180)
-        except ray.exceptions.RayError as exc:
-            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            cause = cause.removeprefix(f"{UserError.__module__}.{UserError.__name__}: ")
-            raise UserError(f"members.{index}.backend ({m.name}): its Kubernetes agent did not start: "
-                            f"{cause}") from None
-        return agent
-    init = fed.resolve(fed.learner.init) if fed.learner.init else None
-    cfg = with_hidden_of(member_config(fed, index), init)
-    spec = member_specs(fed, fed.learner.seed)[index]
-    name = names(fed)[f"member:{spec.name}"]
-    return MemberAgent.options(name=name, namespace=NAMESPACE, lifetime="detached",
-                               get_if_exists=True).remote(cfg, spec, link)
+    Kubernetes agent actor (:mod:`clusters.federation.kinds`). Raises UserError naming the member when its
+    agent cannot start."""
+    return kind_of(fed, index).start(fed, index, link)
 
 
 def _remote(fed_path: Path, action: str, members: list[str], where: str, url: str = "") -> None:
@@ -306,8 +233,7 @@ def status(path: Path) -> dict[str, Any]:
         m["jct_over_drf"] = (m["val_jct"] / m["drf_jct"]) if m["val_jct"] and m["drf_jct"] else None
         m["where"] = fed.where(member) or "learner's Ray (actor)"
         m["backend"] = member.backend.kind
-        m["validation"] = ("own simulated validation traces" if member.backend.kind == "sim" else
-                           "none: a live cluster has no simulated validation traces")
+        m["validation"] = KINDS[member.backend.kind].validation
     return {"federation": fed.name, "address": address, "url": read_state(fed).get("url"),
             "checkpoint": str(fed.checkpoint), **st}
 
@@ -383,10 +309,9 @@ def stop_member(fed: FederationFile, member: str) -> None:
         agent = ray.get_actor(names(fed)[f"member:{member}"], namespace=NAMESPACE)
     except ValueError:
         return
-    if isinstance(fed.member(member).backend, RayBackendSpec):
-        st: Any = ray.get(agent.status.remote(), timeout=60)
-        if (st.get("federation") or {}).get("federation") != fed.name:
-            return
+    index = [m.name for m in fed.members].index(member)
+    if not kind_of(fed, index).owned(fed, agent):
+        return
     ray.get(agent.stop.remote(), timeout=180)
     ray.kill(agent, no_restart=True)
 

@@ -90,11 +90,11 @@ def _train(ray, fed, indices: list[int], updates: int, seed: int, tag: str, out:
 
 
 def _jct_policy(cfg, policy, seeds: list[int]) -> list[float]:
-    from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
     from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     sim = build_simulator(cfg)
     sched = DL2Scheduler.from_policy(numpy_policy(policy))
@@ -102,10 +102,10 @@ def _jct_policy(cfg, policy, seeds: list[int]) -> list[float]:
 
 
 def _jct_heuristic(cfg, name: str, seeds: list[int]) -> list[float]:
-    from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     sim = build_simulator(cfg)
     return [float(censored_avg_jct(run_episode(sim, make_scheduler(name, cfg), s))) for s in seeds]
@@ -136,6 +136,7 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
     """The experiment of the module docstring; ``learning_seeds``: default the learner's seed only."""
     from clusters.a3c.weights import with_hidden_of
     from clusters.federation.config import load_federation, member_config
+    from clusters.federation.kinds import kind_of
     from clusters.runtime import start_ray
     from dl2ray import seeds
 
@@ -145,7 +146,7 @@ def run_experiment(path: Path, updates: int, test_traces: int, members: list[str
         if name not in known:
             raise UserError(f"--member: {name!r}: no such member of {path}; members: {', '.join(known)}")
     chosen = [i for i, m in enumerate(fed.members)
-              if m.backend.kind == "sim" and (members is None or m.name in members)]
+              if kind_of(fed, i).simulated and (members is None or m.name in members)]
     idx = [i for i in chosen if fed.members[i].mode == "learn"]
     held_out = [i for i in chosen if fed.members[i].mode == "shadow"]
     if not idx:

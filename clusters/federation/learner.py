@@ -33,7 +33,7 @@ from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
 from clusters.a3c.weights import params_vector
 from clusters.runtime import actor_class
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRow
 
 log = logging.getLogger("dl2ray.federation")
 

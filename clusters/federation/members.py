@@ -38,7 +38,7 @@ from clusters.federation.links import Link, LinkDown
 from clusters.runtime import actor_class, incarnation
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn import rl
+from dl2ray.learn import validation
 
 log = logging.getLogger("dl2ray.federation")
 
@@ -60,7 +60,7 @@ class MemberSpec:
     exploration: bool = True
     pull_every: int = 1
     threads: int = 1
-    twin: str = "observed"  # shape policy: where its tries are simulated (dl2ray.learn.twin)
+    twin: str = "observed"  # shape policy: where its tries are simulated (dl2ray.learn.shape.twin)
     twin_window: int = 8
     observe_every: int = 1
     joins_after: int = 0  # learn: pushes once the learner has applied this many updates (pulls till then)
@@ -203,9 +203,9 @@ class MemberAgentImpl:
     def validate_and_report(self) -> tuple[float, float]:
         """Greedy JCT of the current weights and DRF's on this member's validation traces; reported."""
         if self.drf is None:
-            self.drf = rl.heuristic_jct(self.cfg, "drf", self.spec.val_traces)
+            self.drf = validation.heuristic_jct(self.cfg, "drf", self.spec.val_traces)
         version = self.c.version
-        jct = rl.validate(self.cfg, self.policy, self.spec.val_traces)
+        jct = validation.validate(self.cfg, self.policy, self.spec.val_traces)
         self.link.report(self.spec.name, version, jct, self.drf)
         with self._lock:
             self.c.validations += 1

@@ -34,6 +34,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from clusters.agent.placement import MemberPlacer, final_target
+from clusters.agent.plan import PAUSED_PS, bounded, grows
 from clusters.agent.reports import ApplyReport, ScaleAction
 from clusters.k8s import objects as ko
 from clusters.k8s.api import ApiGiveUp, KubeApi
@@ -117,8 +118,7 @@ class Reconciler:
                 report.skipped_busy.append(js.name)
                 continue
             action = ScaleAction(js.name, before, target)
-            grows = target[0] > before[0] or target[1] > before[1]
-            (ups if grows else downs).append((js, action))
+            (ups if grows(before, target) else downs).append((js, action))
         self._run(downs, allocation, report)
         if downs and ups:  # what the scale-downs freed is room for the scale-ups
             self.world.usage = node_usage(self.world.nodes, self.api.all_pods())
@@ -132,10 +132,8 @@ class Reconciler:
         assert spec is not None
         started = js.coordinator is not None
         if js.suspend or t.workers <= 0 or t.ps <= 0:
-            return (1, 0) if started else (0, 0)
-        ps = min(max(t.ps, spec.ps_count.min), spec.ps_count.max)
-        workers = min(max(t.workers, spec.workers.min), spec.workers.max)
-        return ps, workers
+            return (PAUSED_PS, 0) if started else (0, 0)
+        return bounded(t.ps, t.workers, spec)
 
     def _desired(self, js: JobState, target: tuple[int, int]) -> None:
         st = js.status

@@ -62,6 +62,7 @@ import numpy as np
 import ray
 
 from clusters.agent.placement import MemberPlacer, final_target
+from clusters.agent.plan import grows
 from clusters.agent.reports import ApplyReport, Nodes, ScaleAction
 from clusters.agent.views import job_id_of, live_job_view
 from clusters.ray.config import Reads
@@ -454,8 +455,7 @@ class RayBackend:
                 report.skipped_busy.append(job.name)
                 continue
             action = ScaleAction(job.name, before, target)
-            grows = target[0] > before[0] or target[1] > before[1]
-            (ups if grows and target != (0, 0) else downs).append((action, job))
+            (ups if grows(before, target) else downs).append((action, job))
         self._run([(a, [], []) for a, _ in downs], report)
         if not ups:
             return report

@@ -45,6 +45,7 @@ from typing import Any
 
 import ray
 
+from clusters.agent.plan import PAUSED_PS, bounded
 from clusters.ray.readings import TAIL, put_reading
 from clusters.ray.record import HostRecord, SlotClock, load_record, save_record
 from clusters.ray.spawner import POOL_NAME, RaySpawner
@@ -402,10 +403,9 @@ class JobHostImpl:
         if self.state in TERMINAL:
             return {"ok": False, "reason": f"job is {self.state}"}
         if workers > 0:
-            ps = min(max(ps, self.spec.ps_count.min), self.spec.ps_count.max)
-            workers = min(max(workers, self.spec.workers.min), self.spec.workers.max)
+            ps, workers = bounded(ps, workers, self.spec)
         else:
-            ps = 1  # paused: one PS keeps the parameters and the optimizer state
+            ps = PAUSED_PS
         t0 = time.time()
         if self.coordinator is None:
             if workers == 0:

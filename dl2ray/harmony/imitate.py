@@ -69,10 +69,10 @@ def collect(
     """``(S (n, state), M (n, 2M) bool, A (n,), R (n,))``: the teacher's steps on ``seeds``' traces,
     each with the reward model's return of the job it placed (``teacher``: a :data:`Choose` or
     one of :data:`REPLAYED`)."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.harmony.nets import max_nodes
     from dl2ray.harmony.planner import PackTeacher, PlannerScheduler
     from dl2ray.harmony.policy import HarmonyScheduler
+    from dl2ray.world import build_simulator
 
     rows: list[tuple] = []
     cur: list[tuple] = []

@@ -63,9 +63,9 @@ def layout_features(worker_nodes, ps_nodes) -> np.ndarray:
 
 def log_placements(cfg, schedulers: list[str], seeds: list[int]) -> Logged:
     """Run every scheduler on every seed's trace and log each (job, full slot) sample."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.harmony.nets import max_nodes
     from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.world import build_simulator
 
     L, K = len(cfg.catalogue), max_nodes(cfg)
     rows: list[tuple] = []

@@ -219,10 +219,10 @@ class ACLearner:
 
 def run_training_episode(cfg, learner: ACLearner, predict, seed: int) -> int:
     """One training trace; returns the number of placed jobs."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.harmony.nets import max_nodes
     from dl2ray.harmony.policy import HarmonyScheduler
     from dl2ray.speed import spread_layout
+    from dl2ray.world import build_simulator
 
     no_rm = learner.st.ablation == "no-rm"
     placed: list[int] = []
@@ -251,11 +251,11 @@ def run_training_episode(cfg, learner: ACLearner, predict, seed: int) -> int:
 
 
 def evaluate(cfg, learner: ACLearner, seeds) -> float:
-    from dl2ray.experiments import build_simulator
     from dl2ray.harmony.nets import NumpyPolicy
     from dl2ray.harmony.policy import HarmonyScheduler
     from dl2ray.metrics import censored_avg_jct
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     net = NumpyPolicy(learner.m, learner.sd, learner.weights())
     sched = HarmonyScheduler(lambda s, mk, h: net.greedy(s, mk))

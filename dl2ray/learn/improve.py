@@ -136,14 +136,20 @@ class ImprovementCollector:
             out.extend(self.improve(policy, i % len(self.sims)))
         return out
 
-    def improve(self, policy, e: int) -> list[Improvement]:
-        """Label one slot of episode ``e`` (steps 1–4 of the module docstring)."""
-        sim = self.sims[e]
+    def episode_view(self, e: int) -> ClusterView:
+        """Episode ``e``'s view now: its current slot, or the first slot of the next training trace when
+        it has none (the episode ended or never started)."""
         if self._views[e] is None:
-            self._views[e] = sim.reset(self.trace_seeds[self.episodes % len(self.trace_seeds)])
+            self._views[e] = self.sims[e].reset(self.trace_seeds[self.episodes % len(self.trace_seeds)])
             self.episodes += 1
         view = self._views[e]
         assert view is not None
+        return view
+
+    def improve(self, policy, e: int) -> list[Improvement]:
+        """Label one slot of episode ``e`` (steps 1–4 of the module docstring)."""
+        sim = self.sims[e]
+        view = self.episode_view(e)
         greedy = decide_slot(view, policy, self.enc, record=True, fast=False)
         snap = sim.snapshot()
         n = len(greedy.steps)

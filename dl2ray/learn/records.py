@@ -6,7 +6,7 @@ Update records are typed per kind of learner, never one type whose fields change
 * :class:`UpdateRow`: an actor-critic update (the paper's trainer, ``improve``, the A3C agents, the
   live learner): policy loss, value loss, entropy, mean slot reward, mean value, new experience;
 * :class:`CounterfactualRow`: an update of the shape policy by counterfactual rollouts
-  (:class:`~dl2ray.learn.shape_rl.ShapeTrainer`): its loss, the KL divergence from the policy before
+  (:class:`~dl2ray.learn.shape.trainer.ShapeTrainer`): its loss, the KL divergence from the policy before
   the update, entropy, mean slot reward, mean counterfactual gain, tries, slots and rollouts;
 * :class:`PolicyGradientRow`: an on-policy update of the shape policy (``--algo pg``): surrogate and
   baseline losses, KL, entropy, mean slot reward, mean credit, slots, job decisions, episodes, steps;
@@ -28,16 +28,47 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-ALGOS = ("paper", "improve", "counterfactual", "pg", "mix")
-"""``paper``: the DL2 paper's TD actor-critic (slot reward copied to the slot's decisions);
-``improve``: rollout policy improvement with per-step credit (:mod:`dl2ray.learn.improve`);
-``counterfactual``: per-job counterfactual policy optimisation of the *shape* policy
-(:mod:`dl2ray.learn.counterfactual`, :mod:`dl2ray.learn.shape_rl`); ``pg``: on-policy per-job policy
-gradient of the shape policy with a learned value baseline (:mod:`dl2ray.learn.shape_pg`); ``mix``: both
-in one update (:mod:`dl2ray.learn.shape_mix`)."""
 
-SHAPE_ALGOS = ("counterfactual", "pg", "mix")
+@dataclass(frozen=True)
+class Algorithm:
+    """One ``--algo``: the architecture it trains and where its learning signal comes from. The trainers
+    branch on these flags, never on the name (:data:`ALGORITHMS` is the one place names live)."""
+
+    name: str
+    arch: Literal["paper", "shape"]
+    summary: str
+    rollout_labels: bool = False  # paper: imitation labels from re-simulated alternatives, not TD
+    counterfactual: bool = False  # shape: each tried row re-simulated (in a twin) against the greedy one
+    on_policy: bool = False  # shape: episodes of the sampled policy against a learned value baseline
+    a3c: bool = False  # runs on A3C agents (``train rl --agents N``), not only in one process
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("paper", "paper", "the DL2 paper's TD actor-critic (slot reward copied to its decisions)",
+              a3c=True),
+    Algorithm("improve", "paper", "rollout policy improvement with per-step credit (dl2ray.learn.improve)",
+              rollout_labels=True),
+    Algorithm("counterfactual", "shape", "per-job counterfactual policy optimisation of the shape policy "
+              "(dl2ray.learn.shape.counterfactual)", counterfactual=True, a3c=True),
+    Algorithm("pg", "shape", "on-policy per-job policy gradient with a learned value baseline "
+              "(dl2ray.learn.shape.pg)", on_policy=True),
+    Algorithm("mix", "shape", "both in one update (dl2ray.learn.shape.mix)", counterfactual=True,
+              on_policy=True),
+)}
+"""Every RL algorithm ``train rl --algo`` knows, by name."""
+
+ALGOS = tuple(ALGORITHMS)
+"""Their names (``--algo``)."""
+
+SHAPE_ALGOS = tuple(a.name for a in ALGORITHMS.values() if a.arch == "shape")
 """The algorithms that train the shape architecture (the others train the paper's)."""
+
+
+def algorithm(name: str) -> Algorithm:
+    """The registered algorithm ``name``; ValueError naming the known ones otherwise."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown RL algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
 
 
 @dataclass
@@ -58,7 +89,7 @@ class RLOptions:
     algo: Literal["paper", "improve", "counterfactual", "pg", "mix"] = "paper"  # see ALGOS
     zero_advantage: bool = False  # the control: the same run with the outcomes' signal removed
     twin: Literal["config", "observed"] = "config"  # counterfactual: where tries come from (learn.twin)
-    credit: Literal["job", "slot"] = "job"  # pg, mix: each choice's return (dl2ray.learn.shape_pg)
+    credit: Literal["job", "slot"] = "job"  # pg, mix: each choice's return (dl2ray.learn.shape.pg)
     mix_weight: float = 1.0  # mix: the on-policy surrogate's weight beside the counterfactual loss
 
 
@@ -103,7 +134,8 @@ class RLResult:
 
 @dataclass
 class CounterfactualRow:
-    """Per update of the shape policy by counterfactual rollouts (:mod:`dl2ray.learn.counterfactual`)."""
+    """Per update of the shape policy by counterfactual rollouts
+    (:mod:`dl2ray.learn.shape.counterfactual`)."""
 
     update: int
     policy_loss: float  # the clipped surrogate's loss
@@ -118,7 +150,7 @@ class CounterfactualRow:
 
 @dataclass
 class PolicyGradientRow:
-    """Per update of the shape policy by on-policy per-job policy gradient (:mod:`dl2ray.learn.shape_pg`)."""
+    """Per update of the shape policy by on-policy per-job policy gradient (:mod:`dl2ray.learn.shape.pg`)."""
 
     update: int
     policy_loss: float  # the clipped surrogate's loss (with the entropy term)
@@ -136,7 +168,7 @@ class PolicyGradientRow:
 @dataclass
 class MixRow:
     """Per update of the shape policy on twin credit and on-policy advantages
-    (:mod:`dl2ray.learn.shape_mix`)."""
+    (:mod:`dl2ray.learn.shape.mix`)."""
 
     update: int
     policy_loss: float  # the whole loss L_cf + w·L_pg at the last step
@@ -194,7 +226,7 @@ def scalars(row: UpdateRecord) -> dict[str, float]:
 
 class Learner(Protocol):
     """A trainer of a DL2 policy, one update at a time (the paper's :class:`~dl2ray.learn.rl.Trainer`,
-    the shape policy's :class:`~dl2ray.learn.shape_rl.ShapeTrainer`; :func:`~dl2ray.learn.rl.train_rl`
+    the shape policy's :class:`~dl2ray.learn.shape.trainer.ShapeTrainer`; :func:`~dl2ray.learn.train.train_rl`
     drives either). ``result`` holds the run's history; a checkpoint :meth:`save` wrote, :meth:`restore`
     continues from."""
 

@@ -1,4 +1,5 @@
-"""Single-process online actor-critic training of the DL2 policy.
+"""The paper's trainer: online actor-critic training of the DL2 paper's policy (``--algo paper``), or
+rollout policy improvement of it (``--algo improve``); :mod:`dl2ray.learn.train` drives it.
 
 One update:
 
@@ -31,9 +32,6 @@ seeded by ``[seed, 1]``, ``[seed, 2]``, ``[seed, 3]``.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -45,25 +43,21 @@ from dl2ray.learn.actor_critic import ActorCriticOptimizer, LossConfig, compute_
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, imitation_update
 from dl2ray.learn.records import (
-    ALGOS,
-    SHAPE_ALGOS,
     RLOptions,
     RLResult,
-    UpdateRecord,
     UpdateRow,
     ValidationRow,
+    algorithm,
     restore_result,
     result_doc,
     rng_state,
-    scalars,
 )
 from dl2ray.learn.replay import ReplayBuffer
 from dl2ray.learn.rollout import Collector, to_batch
-from dl2ray.learn.shape_search import ShapeSearchCollector
-from dl2ray.learn.validation import heuristic_jct, validate
+from dl2ray.learn.shape.search import ShapeSearchCollector
+from dl2ray.learn.validation import validation_row
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
-    CheckpointError,
     NumpyPolicy,
     PolicyNet,
     ValueNet,
@@ -72,11 +66,6 @@ from dl2ray.policy.network import (
     save_checkpoint,
 )
 
-__all__ = [  # the records and the validation live in their own modules; re-exported here for callers
-    "ALGOS", "SHAPE_ALGOS", "RLOptions", "RLResult", "Trainer", "UpdateRecord", "UpdateRow", "ValidationRow",
-    "heuristic_jct", "make_trainer", "train_rl", "validate", "write_run_json",
-]
-
 
 class Trainer:
     """The state of one run: networks, optimiser, collector, buffer, generators, history."""
@@ -84,7 +73,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
                  policy: PolicyNet | None = None, value: ValueNet | None = None,
                  val_cfg: ExperimentConfig | None = None) -> None:
-        from dl2ray.experiments import build_simulator
+        from dl2ray.world import build_simulator
 
         self.cfg, self.opts, self.seed = cfg, opts, seed
         self.val_cfg = val_cfg or cfg  # validation simulator; another one for OfflineRL
@@ -97,10 +86,9 @@ class Trainer:
         self.sample_rng = np.random.default_rng([seed, 1])
         self.explore_rng = np.random.default_rng([seed, 2])
         self.replay_rng = np.random.default_rng([seed, 3])
-        if opts.algo not in ALGOS:
-            raise ValueError(f"unknown RL algorithm {opts.algo!r}; known: {list(ALGOS)}")
+        self.algorithm = algorithm(opts.algo)
         self.buffer: ReplayBuffer | None = None
-        if opts.algo == "improve":
+        if self.algorithm.rollout_labels:
             imp = cfg.policy.improve
             self.opt = ActorCriticOptimizer(policy, value, imp.lr, opts.max_grad_norm)
             sims = [build_simulator(cfg, world=cfg.policy.train_world) for _ in range(imp.envs)]
@@ -137,15 +125,15 @@ class Trainer:
 
     @property
     def episodes(self) -> int:
-        return (self.improver if self.opts.algo == "improve" else self.collector).episodes
+        return (self.improver if self.algorithm.rollout_labels else self.collector).episodes
 
     @episodes.setter
     def episodes(self, n: int) -> None:
-        (self.improver if self.opts.algo == "improve" else self.collector).episodes = n
+        (self.improver if self.algorithm.rollout_labels else self.collector).episodes = n
 
     def update(self) -> UpdateRow:
         """One update (see the module docstring): :meth:`_improve`, or collect, (replay), learn."""
-        if self.opts.algo == "improve":
+        if self.algorithm.rollout_labels:
             return self._improve()
         p = self.cfg.policy
         fresh = self.opts.steps_per_update or p.minibatch
@@ -189,9 +177,7 @@ class Trainer:
         return row
 
     def validate(self) -> ValidationRow:
-        row = ValidationRow(self.updates, validate(self.val_cfg, self.policy, self.val_seeds))
-        self.result.validation.append(row)
-        return row
+        return validation_row(self)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -217,109 +203,3 @@ class Trainer:
         for k, state in ex["rng"].items():
             getattr(self, k).bit_generator.state = state
         restore_result(self.result, ex["result"], self.updates)
-
-
-def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOptions,
-                 val_cfg: ExperimentConfig | None = None):
-    """The trainer of ``opts.algo``: :class:`Trainer` (paper, improve: the paper's architecture) or
-    :class:`~dl2ray.learn.shape_rl.ShapeTrainer` (counterfactual: the shape architecture).
-    Refuses an ``init`` checkpoint of the other architecture."""
-    from dl2ray.policy.shape_net import checkpoint_arch
-
-    arch = "shape" if opts.algo in SHAPE_ALGOS else "paper"
-    if init is not None and checkpoint_arch(init) != arch:
-        raise CheckpointError(f"{init}: a {checkpoint_arch(init)!r} checkpoint; --algo {opts.algo} trains "
-                              f"the {arch!r} architecture (train sl --arch {arch})")
-    if arch == "shape":
-        from dl2ray.learn.shape_rl import ShapeTrainer
-
-        return ShapeTrainer(cfg, init, seed, opts, val_cfg)
-    return Trainer(cfg, init, seed, opts, val_cfg=val_cfg)
-
-
-def train_rl(
-    cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path | None,
-    options: RLOptions | None = None, logdir: Path | None = None, resume: bool = False,
-    on_update: Callable[[UpdateRecord, ValidationRow | None], None] | None = None,
-    val_cfg: ExperimentConfig | None = None,
-) -> tuple[Trainer, RLResult]:
-    """Train until ``updates`` updates in total; see the module docstring for files written.
-
-    ``val_cfg``: validate (and measure DRF's baseline) in this config's simulator
-    instead of ``cfg``'s — e.g. train on the analytic speed model, validate on
-    the measured one (OfflineRL).
-    """
-    opts = options or RLOptions()
-    trainer = make_trainer(cfg, init, seed, opts, val_cfg)
-    if resume and out is not None and out.exists():
-        trainer.restore(out)
-    clock = time.perf_counter()
-
-    def tick() -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        trainer.result.wall_seconds += now - clock
-        clock = now
-
-    writer = _writer(logdir)
-    if not trainer.result.validation:
-        trainer.result.baseline_avg_jct = heuristic_jct(trainer.val_cfg, "drf", trainer.val_seeds)
-        _log_validation(writer, trainer.validate())
-        tick()
-        if out is not None:
-            trainer.save(out.with_suffix(".best.pt"))
-    best = trainer.result.best
-    while trainer.updates < updates:
-        row = trainer.update()
-        _log_update(writer, row)
-        val = None
-        u = trainer.updates
-        if u % opts.val_every == 0 or u == updates:
-            val = trainer.validate()
-            _log_validation(writer, val)
-            tick()
-            if out is not None and (best is None or val.avg_jct < best.avg_jct):
-                trainer.save(out.with_suffix(".best.pt"))
-            best = trainer.result.best
-        if out is not None and (u % opts.checkpoint_every == 0 or u == updates):
-            tick()
-            trainer.save(out)
-            write_run_json(out.with_suffix(".json"), cfg, trainer)
-        if on_update:
-            on_update(row, val)
-    tick()
-    if writer is not None:
-        writer.close()
-    return trainer, trainer.result
-
-
-def write_run_json(path: Path, cfg: ExperimentConfig, trainer: Trainer) -> None:
-    """The run's config, seed, options, seed sets and history, next to its checkpoint."""
-    doc = {
-        "kind": "rl",
-        "seed": trainer.seed,
-        "options": asdict(trainer.opts),
-        "config": cfg.model_dump(mode="json"),
-        "train_seeds": seedsets.training(trainer.opts.traces),
-        **result_doc(trainer.result),
-    }
-    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-
-
-def _log_update(writer, row: UpdateRecord) -> None:
-    if writer is not None:
-        for k, v in scalars(row).items():
-            writer.add_scalar(f"rl/{k}", v, row.update)
-
-
-def _log_validation(writer, row: ValidationRow) -> None:
-    if writer is not None:
-        writer.add_scalar("rl/val_avg_jct", row.avg_jct, row.update)
-
-
-def _writer(logdir: Path | None):
-    if logdir is None:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(log_dir=str(logdir))

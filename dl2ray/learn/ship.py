@@ -124,7 +124,7 @@ def measure_test_rows(cfg: ExperimentConfig, name: str, pt: Path, test: list[int
     """A card's test comparison: every heuristic, the references and ``dl2:pt`` (renamed ``dl2 (name)``),
     each under its own placement unless ``cfg.cluster.placement`` forces one; paired ratios to
     :data:`PAIRED`."""
-    from dl2ray.experiments import compare
+    from dl2ray.comparison import compare
     from dl2ray.traces.parquet import read_trace
 
     spec = f"dl2:{pt}"

@@ -223,7 +223,7 @@ class SLRun:
     max_slots: int
     train_files: tuple[str, ...] = ()  # Parquet traces to record instead of generated training traces
     val_files: tuple[str, ...] = ()  # ... and instead of generated validation traces
-    arch: str = "paper"  # the policy's architecture: paper (3J+1 steps) or shape (dl2ray.learn.shape_sl)
+    arch: str = "paper"  # the policy's architecture: paper (3J+1 steps) or shape (dl2ray.learn.shape.sl)
     dagger: int = 0  # shape: DAgger rounds after the first fit (teacher labels on the student's own slots)
     init: str | None = None  # shape: start from this checkpoint; with dagger, the init replaces the first fit
     lr: float | None = None  # Adam learning rate (None: policy.sl_lr)
@@ -236,7 +236,7 @@ def run_sl(
     """Record, train, report; with ``out``, save the checkpoint and ``out.json`` beside it.
 
     ``progress(stage, advance)`` is called once per recorded trace and per epoch. For
-    ``run.arch == "shape"`` the labels are per-job menu rows (:mod:`dl2ray.learn.shape_sl`), the policy
+    ``run.arch == "shape"`` the labels are per-job menu rows (:mod:`dl2ray.learn.shape.sl`), the policy
     is a :class:`~dl2ray.policy.shape_net.ShapePolicyNet` and there is no value network.
     """
     started = time.perf_counter()
@@ -300,8 +300,8 @@ def _fit_paper(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, 
 
 def _fit_shape(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, on_trace: Callable[[], None],
                on_epoch: Callable[[EpochStats], None]) -> _Fitted:
-    """The shape architecture: per-job menu rows (:mod:`dl2ray.learn.shape_sl`), no value network."""
-    from dl2ray.learn import shape_sl
+    """The shape architecture: per-job menu rows (:mod:`dl2ray.learn.shape.sl`), no value network."""
+    from dl2ray.learn.shape import sl as shape_sl
     from dl2ray.policy.shape import ShapeEncoding
     from dl2ray.policy.shape_net import build_shape_policy, load_shape_checkpoint, save_shape_checkpoint
 

@@ -1,6 +1,6 @@
 """What supervised learning of either architecture shares: the simulators the teacher is recorded in, the
 label-smoothed cross-entropy, the per-epoch record. Below :mod:`dl2ray.learn.sl` (the paper architecture and
-the ``train sl`` driver) and :mod:`dl2ray.learn.shape_sl` (the shape architecture), which import it and
+the ``train sl`` driver) and :mod:`dl2ray.learn.shape.sl` (the shape architecture), which import it and
 not each other's internals."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class EpochStats:
 
 def simulators(cfg: ExperimentConfig, trace_seeds: Sequence[int], traces: Sequence[Trace] | None):
     """``(simulator, seed)`` per run: generated traces by seed, or the fixed ``traces`` (seed: noise only)."""
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     world = cfg.policy.train_world
     if traces is None:

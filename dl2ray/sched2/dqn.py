@@ -132,11 +132,11 @@ class TrainLog:
 
 def evaluate(cfg, shape, weights, seeds) -> float:
     """Mean censored average JCT (slots) of the greedy policy over ``seeds``' traces."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.metrics import censored_avg_jct
     from dl2ray.sched2.qnet import numpy_qnet
     from dl2ray.sched2.scheduler import Sched2Scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     net = numpy_qnet(shape, weights)
     runs = [run_episode(build_simulator(cfg), Sched2Scheduler(cfg, shape, net.greedy), s) for s in seeds]
@@ -220,9 +220,9 @@ class DQNLearner:
 
 def dqn_episode(lr: DQNLearner, cfg, train_cfg, shape, trace_seed: int) -> dict:
     """One ε-greedy episode on the training trace of ``trace_seed``, learning as it goes; its log row."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.sched2.scheduler import Sched2Scheduler
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     st = lr.st
     jct = st.reward == "jct"

@@ -83,8 +83,8 @@ class StudentScheduler(Sched2Scheduler):
 def student_demos(cfg, shape: Sched2Shape, teacher: str, q_of, trace_seeds: list[int]) -> Demos:
     """DAgger (Ross et al. 2011): states the network's own greedy policy visits on ``trace_seeds``,
     labelled with the teacher's action there (margin-loss fields only: no rewards)."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     labels: list[tuple] = []
     for seed in trace_seeds:
@@ -144,8 +144,8 @@ def record_demos(
     Rewards: effectiveness (the paper's), or with ``jct_scale`` the DQN's ``jct`` reward (minus
     ``jct_scale`` × the job-hours accrued until the next decision, :mod:`dl2ray.sched2.dqn`).
     """
-    from dl2ray.experiments import build_simulator
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     rows: list[tuple] = []
     for seed in trace_seeds:

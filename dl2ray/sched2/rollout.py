@@ -2,7 +2,7 @@
 
 Imitation (:mod:`dl2ray.sched2.imitation`) can at best reproduce its teacher. This step
 improves on the network's own greedy policy π the way rollout algorithms do (Bertsekas; the
-counterfactual learner of DL2's shape policy, :mod:`dl2ray.learn.counterfactual`, is the same
+counterfactual learner of DL2's shape policy, :mod:`dl2ray.learn.shape.counterfactual`, is the same
 idea): on a training trace, run π and, at sampled decision slots whose first step has a real
 choice, try each of the ``candidates`` best allowed actions by ``Q`` (ϕ included when allowed)
 from a simulator snapshot, continue with π for ``horizon`` slots, and measure
@@ -99,7 +99,7 @@ def label_trace(
 
     ``q_of(state) -> Q (J+1,)``: the network whose greedy policy is π.
     """
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     def greedy(s: np.ndarray, m: np.ndarray) -> int:
         return masked_greedy(q_of(s), m)

@@ -23,7 +23,7 @@ import numpy as np
 from dl2ray import seeds
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.learn.twin import TwinExperience
+from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.schedulers.base import make_scheduler
 
 

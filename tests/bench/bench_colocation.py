@@ -622,7 +622,7 @@ def measure_shape(topo: Topology, rate: str, params: int, shape: tuple[int, int]
 
 def run(s: Settings, calibration: PlacementModel | None) -> dict:
     """Every measurement of ``s``; the JSON document ``--json`` prints."""
-    from dl2ray.profile_live import machine
+    from clusters.profile_live import machine
 
     nodes = max(2, max(p + w for p, w in s.shapes))
     t0 = time.monotonic()

@@ -23,9 +23,9 @@ import sys
 import time
 
 from dl2ray.cluster import PLACEMENTS
+from dl2ray.comparison import compare
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.experiments import compare
 from dl2ray.metrics import mean_ci95
 
 

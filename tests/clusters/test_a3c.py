@@ -11,7 +11,7 @@ from clusters.a3c.sim_backend import SimBackend
 from clusters.a3c.training import A3CRun
 from clusters.agent.backend import ClusterBackend
 from dl2ray import seeds
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRow
 
 OPTS = A3COptions(agents=2, traces=6, checkpoint_every=2, val_every=None)
 

@@ -8,8 +8,8 @@ import pytest
 import typer
 from support import run_cli
 
-from dl2ray.commands import Plugins, load_plugins
-from dl2ray.learn.cli import app as train_app
+from dl2ray.cli.commands import Plugins, load_plugins
+from dl2ray.cli.train import app as train_app
 from dl2ray.policy.network import load_checkpoint
 
 
@@ -22,13 +22,27 @@ def test_the_entry_point_registers_the_plugin() -> None:
 
 def test_a_broken_plugin_is_named_when_needed(capsys, monkeypatch) -> None:
     """Without the plugin's trainer, --agents 2 says why in one line (exit 2); --agents 1 needs no plugin."""
-    from dl2ray import cli
+    from dl2ray.cli import app as cli
 
     plugins = cli._register()
     monkeypatch.setattr(plugins, "multi_agent_rl", None)
     monkeypatch.setattr(plugins, "failed", {"clusters": "ImportError: no ray"})
     code, _, err = run_cli(capsys, "train", "rl", "--agents", "2", "--updates", "1", "--out", "x.pt")
     assert code == 2 and "clusters" in err and "no ray" in err and len(err.strip().splitlines()) == 1
+
+
+def test_profile_live_comes_from_the_plugin_and_is_named_without_it(capsys, monkeypatch, tmp_path) -> None:
+    """``profile --live`` drives real elastic MXNet jobs: the clusters plugin adds it; without it the
+    option says why in one line (exit 2), before anything starts."""
+    from dl2ray.cli import app as cli
+
+    plugins = cli._register()
+    assert plugins.live_profile is not None
+    monkeypatch.setattr(plugins, "live_profile", None)
+    monkeypatch.setattr(plugins, "failed", {"clusters": "ImportError: no ray"})
+    code, _, err = run_cli(capsys, "profile", "--live", "job.yaml", "--out", str(tmp_path / "p.json"))
+    assert code == 2 and "clusters plugin" in err and "no ray" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -49,7 +63,8 @@ def test_bad_agent_options_exit_2_with_one_line(capsys, tmp_path, argv, message)
 
 @pytest.mark.slow
 def test_resume_refuses_a_single_process_checkpoint(capsys, tmp_path, tiny, tiny_yaml) -> None:
-    from dl2ray.learn.rl import RLOptions, train_rl
+    from dl2ray.learn.records import RLOptions
+    from dl2ray.learn.train import train_rl
 
     out = tmp_path / "rl.pt"
     train_rl(tiny, None, 1, 0, out, RLOptions(traces=2, val_traces=1, replay=False))

@@ -13,8 +13,8 @@ from support import run_cli
 from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
 from clusters.a3c.weights import load_vector, params_vector
 from dl2ray.learn.records import CounterfactualRow
-from dl2ray.learn.shape_rl import counterfactual_update
-from dl2ray.learn.twin import TwinExperience
+from dl2ray.learn.shape.trainer import counterfactual_update
+from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet, load_shape_checkpoint
 
 OPTS = A3COptions(agents=2, traces=4, val_every=None, checkpoint_every=2, max_update_norm=10.0, max_lag=3)
@@ -211,7 +211,7 @@ def test_the_live_shape_learner_pushes_from_what_its_cluster_showed(tiny_shape) 
     background; the global policy advances and the learner decides with the weights that come back."""
     from clusters.a3c.live_shape import LiveShapeLearner
     from clusters.a3c.weights import fresh_networks
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     gp = GlobalPolicyImpl(tiny_shape, None, 0, None, OPTS)
     net, _ = fresh_networks(tiny_shape)

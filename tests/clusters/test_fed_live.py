@@ -108,7 +108,7 @@ def test_shadow_and_serve_only_pull_and_never_push(learner, mode):  # noqa: F811
 
 
 def _row():
-    from dl2ray.learn.rl import UpdateRow
+    from dl2ray.learn.records import UpdateRow
 
     return UpdateRow(-1, 0.1, 0.2, 1.0, 0.5, 0.3, 32, 4, 0)
 

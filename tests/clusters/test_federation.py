@@ -23,7 +23,7 @@ from clusters.federation.http import decode_frame, encode_frame
 from clusters.federation.learner import FederatedPolicyImpl, a3c_options
 from clusters.federation.philly import gpu_demand_p90
 from dl2ray.config import ConfigError
-from dl2ray.learn.rl import UpdateRow
+from dl2ray.learn.records import UpdateRow
 
 ROW = UpdateRow(-1, 0.1, 0.2, 1.0, 0.5, 0.3, 32, 4, 0)
 
@@ -522,3 +522,16 @@ def test_a_late_member_pulls_until_the_federation_has_its_updates_then_pushes(le
     agent.step()  # its first push
     st = agent.status()
     assert st["pulls"] == 3 and st["pushed"] == st["accepted"] == 1 and gp.opt.updates == 3
+
+
+def test_every_backend_kind_of_the_schema_has_one_registered_member_kind() -> None:
+    """A new backend registers once (clusters/federation/kinds.py); deploy and experiment ask the registry."""
+    from typing import get_args
+
+    from clusters.federation.config import Member
+    from clusters.federation.kinds import KINDS
+
+    specs = get_args(Member.model_fields["backend"].annotation)
+    kinds = {get_args(spec.model_fields["kind"].annotation)[0] for spec in specs}
+    assert kinds == set(KINDS) == {"sim", "ray", "k8s"}
+    assert [k for k, v in KINDS.items() if v.simulated] == ["sim"]

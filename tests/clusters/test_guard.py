@@ -14,9 +14,9 @@ from clusters.agent.guard import DecisionLog, GuardedScheduler, violation
 from clusters.agent.report import allocation_difference, live_report
 from dl2ray.config import load_config
 from dl2ray.errors import Refused
-from dl2ray.experiments import build_simulator
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.view import Allocation, ClusterView, JobPlacement, Tasks
+from dl2ray.world import build_simulator
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dl2ray.config import InterferenceConfig
-from dl2ray.experiments import build_simulator
 from dl2ray.gang import (
     GangSimulator,
     fragmentation_index,
@@ -21,6 +20,7 @@ from dl2ray.gang import (
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import AllocationError
 from dl2ray.view import Allocation, JobPlacement, Observation, Tasks
+from dl2ray.world import build_simulator
 
 GANG_SCHEDULERS = ["sif", "dsif", "saf", "lrf", "spf", "fifo-gang"]
 

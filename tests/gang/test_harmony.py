@@ -11,7 +11,6 @@ from support import CONFIGS
 from test_gang_sim import run_checked_ps
 
 from dl2ray.config import ClusterConfig, NodeGroup, load_config
-from dl2ray.experiments import build_simulator
 from dl2ray.harmony.linear import Logged, fit_linear
 from dl2ray.harmony.nets import (
     NumpyPolicy,
@@ -23,6 +22,7 @@ from dl2ray.harmony.nets import (
 from dl2ray.harmony.policy import HarmonyScheduler, Placed, dims, encode, placement_reward
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.workload import JobSpec, sort_trace
+from dl2ray.world import build_simulator
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import pytest
 from conftest import gang_trace
 from test_gang_sim import run_checked
 
-from dl2ray.experiments import build_simulator
 from dl2ray.sched2.dqn import PrioritizedReplay, td_targets
 from dl2ray.sched2.qnet import NumpyQNet, build_qnet
 from dl2ray.sched2.scheduler import Sched2Scheduler
 from dl2ray.sched2.state import Sched2Shape
+from dl2ray.world import build_simulator
 
 
 def test_td_target_by_hand():
@@ -88,7 +88,7 @@ def test_learned_scheduler_invariants_and_determinism(sched2_cfg, seed):
 
 
 def test_train_writes_a_checkpoint_that_compare_can_load(sched2_cfg, tmp_path):
-    from dl2ray.experiments import RunSpec, run_one
+    from dl2ray.comparison import RunSpec, run_one
     from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 25})})
@@ -209,10 +209,10 @@ def test_jobwise_numpy_equals_torch_and_scores_jobs_independently_of_their_slot(
 
 def test_jobwise_state_carries_the_placement_each_job_would_get_now(sched2_cfg):
     """Per window job: profiled time at its placement now and s_now / s_min (0 when it does not fit)."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.gang import keep_running, locality_factor, running
     from dl2ray.sched2.baselines import Profile
     from dl2ray.sched2.state import busy_gpus, encode, waiting_jobs
+    from dl2ray.world import build_simulator
 
     cat = sched2_cfg.catalogue
     # job 0 (4 GPUs) runs on server 0 from slot 0; at slot 1 job 1 (6 GPUs) spans 2 servers,
@@ -242,9 +242,9 @@ def test_jobwise_state_carries_the_placement_each_job_would_get_now(sched2_cfg):
 def test_jct_reward_sums_to_minus_the_total_jct(sched2_cfg):
     """The DQN's jct reward over an episode = −jct_scale × Σ_jobs JCT in hours."""
     from dl2ray import seeds
-    from dl2ray.experiments import build_simulator
     from dl2ray.sched2.imitation import record_demos
     from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 30})})
     shape = Sched2Shape.from_config(cfg, window=6)

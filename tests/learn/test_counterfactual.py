@@ -10,8 +10,8 @@ import torch
 from support import run_cli, small_config
 
 from dl2ray import seeds
-from dl2ray.experiments import build_simulator
-from dl2ray.learn.counterfactual import (
+from dl2ray.learn.records import RLOptions
+from dl2ray.learn.shape.counterfactual import (
     Collected,
     CounterfactualCollector,
     Try,
@@ -19,13 +19,14 @@ from dl2ray.learn.counterfactual import (
     job_reward,
     solve_eta,
 )
-from dl2ray.learn.rl import RLOptions, train_rl
-from dl2ray.learn.shape_sl import SlotSample
+from dl2ray.learn.shape.sl import SlotSample
 from dl2ray.learn.sl import SLRun, run_sl
+from dl2ray.learn.train import train_rl
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.dl2 import DL2Scheduler
+from dl2ray.world import build_simulator
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},

@@ -13,11 +13,12 @@ from support import run_cli, small_config
 
 from dl2ray import seeds
 from dl2ray.errors import UserError
-from dl2ray.learn import experiments as ex
-from dl2ray.learn.rl import RLOptions, heuristic_jct, validate
+from dl2ray.learn.records import RLOptions
 from dl2ray.learn.sl import SLRun, run_sl
+from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import load_checkpoint
+from dl2ray.studies import learning as ex
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},

@@ -8,13 +8,14 @@ import numpy as np
 from support import small_config
 
 from dl2ray import seeds
-from dl2ray.experiments import build_simulator
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, _Deviate
-from dl2ray.learn.rl import RLOptions, Trainer
+from dl2ray.learn.records import RLOptions
+from dl2ray.learn.rl import Trainer
 from dl2ray.policy.decision import decide_slot, run_decision
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy, build_networks
 from dl2ray.schedulers.base import make_scheduler
+from dl2ray.world import build_simulator
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},

@@ -11,15 +11,15 @@ import pytest
 import torch
 from support import run_cli, tiny_shape_config
 
-from dl2ray.experiments import build_simulator
 from dl2ray.learn import seeds
-from dl2ray.learn.counterfactual import CounterfactualCollector, improve_policy
 from dl2ray.learn.records import MixRow, RLOptions, update_record
-from dl2ray.learn.rl import train_rl
-from dl2ray.learn.shape_mix import mix_update
-from dl2ray.learn.shape_pg import OnPolicyCollector, build_job_value
+from dl2ray.learn.shape.counterfactual import CounterfactualCollector, improve_policy
+from dl2ray.learn.shape.mix import mix_update
+from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value
+from dl2ray.learn.train import train_rl
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet, build_shape_policy
+from dl2ray.world import build_simulator
 
 TINY = tiny_shape_config()
 ENC = ShapeEncoding.from_config(TINY)

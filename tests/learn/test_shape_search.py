@@ -8,15 +8,16 @@ import numpy as np
 from support import small_config
 
 from dl2ray import seeds
-from dl2ray.experiments import build_simulator
-from dl2ray.learn.rl import RLOptions, Trainer
-from dl2ray.learn.shape_search import ShapeSearchCollector, shape_moves
+from dl2ray.learn.records import RLOptions
+from dl2ray.learn.rl import Trainer
+from dl2ray.learn.shape.search import ShapeSearchCollector, shape_moves
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.decision import decide_slot
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy, build_networks
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.view import Allocation, Tasks
+from dl2ray.world import build_simulator
 
 TINY = small_config(
     cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
@@ -136,7 +137,7 @@ def test_shape_trainer_is_deterministic_and_learns():
 
 
 def test_redrawn_future_keeps_the_pending_ids_and_arrives_later():
-    from dl2ray.learn.shape_search import redraw_future
+    from dl2ray.learn.shape.search import redraw_future
     from dl2ray.traces.generate import generate_trace
 
     sim = build_simulator(TINY)

@@ -9,9 +9,10 @@ import pytest
 from support import run_cli, small_config
 
 from dl2ray import seeds
-from dl2ray.learn.rl import RLOptions, train_rl
+from dl2ray.learn.records import RLOptions
 from dl2ray.learn.ship import HEURISTICS, _rl_rows, replace_test_section, reproduce, retest, ship
 from dl2ray.learn.sl import SLRun, run_sl
+from dl2ray.learn.train import train_rl
 from dl2ray.policy.network import load_checkpoint, set_checkpoint_placer
 
 TINY = small_config(  # each scheduler under its own placement (the clairvoyant base config pins one)

@@ -105,11 +105,11 @@ def test_sl_records_fixed_trace_files(tmp_path, capsys):
 def test_dagger_labels_the_students_own_slots_with_the_teacher():
     """Each recorded slot is a view the *student* reached (its greedy decisions drive the run), labelled with
     the teacher's decision in that view."""
-    from dl2ray.experiments import build_simulator
-    from dl2ray.learn import shape_sl
+    from dl2ray.learn.shape import sl as shape_sl
     from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
     from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
     from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.world import build_simulator
 
     cfg = TINY.model_copy(update={"policy": TINY.policy.model_copy(update={"arch": "shape"})})
     enc = ShapeEncoding.from_config(cfg)

@@ -6,10 +6,10 @@ import pytest
 from support import small_config
 
 from dl2ray import seeds
-from dl2ray.experiments import build_simulator
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.encoding import Encoding
 from dl2ray.schedulers.base import make_scheduler
+from dl2ray.world import build_simulator
 
 
 @pytest.mark.parametrize("teacher", ["drf", "fifo", "srtf"])

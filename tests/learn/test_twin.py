@@ -1,4 +1,4 @@
-"""The twin a learner fits from what its cluster showed (dl2ray.learn.twin): what it knows, and not."""
+"""The twin a learner fits from what its cluster showed (dl2ray.learn.shape.twin): what it knows, and not."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 from support import tiny_shape_config
 
 from dl2ray import seeds
-from dl2ray.experiments import _speed_model, build_simulator
-from dl2ray.learn.twin import ObservedTwin, TwinExperience, observed_trace
+from dl2ray.learn.shape.twin import ObservedTwin, TwinExperience, observed_trace
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode
+from dl2ray.world import build_simulator, speed_model
 
 CFG = tiny_shape_config()
 
@@ -50,7 +50,7 @@ def test_the_twin_replays_in_the_operators_world_with_its_own_draws() -> None:
         twin.episode(0)
     twin.observe(cluster)
     sim = twin.simulators(1)[0]
-    assert sim.speed is _speed_model(CFG, "operator") and sim.speed is not cluster.speed
+    assert sim.speed is speed_model(CFG, "operator") and sim.speed is not cluster.speed
     seed, trace = twin.episode(0)
     assert seeds.which(seed) == "twin" and trace == observed_trace(cluster)
     sim.reset(seed, trace)
@@ -78,7 +78,7 @@ def test_observed_experience_runs_its_cluster_then_tries_in_the_twin() -> None:
         data = exp.collect(policy)
         assert len(data.slots) == 3 and data.rollouts > 0
     assert exp.twin is not None and exp.twin.observed == 2 and len(exp.cluster_jct) == 2  # updates 1 and 3
-    assert all(sim.speed is _speed_model(CFG, "operator") for sim in exp.collector.sims)
+    assert all(sim.speed is speed_model(CFG, "operator") for sim in exp.collector.sims)
 
 
 def test_bad_twin_settings_are_refused() -> None:
@@ -89,7 +89,7 @@ def test_bad_twin_settings_are_refused() -> None:
 
 
 def test_live_observations_build_the_window_a_live_scheduler_saw() -> None:
-    from dl2ray.learn.twin import LiveObservations
+    from dl2ray.learn.shape.twin import LiveObservations
 
     sim = build_simulator(CFG)
     view = sim.reset(seeds.training(1)[0])
@@ -112,7 +112,7 @@ def test_live_observations_build_the_window_a_live_scheduler_saw() -> None:
 
 
 def test_the_live_window_forgets_old_finished_jobs() -> None:
-    from dl2ray.learn.twin import LiveObservations
+    from dl2ray.learn.shape.twin import LiveObservations
 
     sim = build_simulator(CFG)
     view = sim.reset(seeds.training(1)[0])

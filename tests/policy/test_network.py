@@ -55,7 +55,7 @@ def test_round_trip_and_mismatch(tmp_path, testbed):
 
 
 def test_dl2_scheduler_runs_and_refuses_wrong_window(tmp_path, testbed):
-    from dl2ray.experiments import build_simulator
+    from dl2ray.world import build_simulator
 
     enc = Encoding.from_config(testbed)
     pol, val = build_networks(enc, (16,), 0)

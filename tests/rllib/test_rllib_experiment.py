@@ -124,7 +124,7 @@ def test_exported_policy_is_the_rllib_module(trained) -> None:
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     from dl2ray.config import load_config
-    from dl2ray.env import DL2Env
+    from dl2ray.envs.dl2_env import DL2Env
     from dl2ray.policy.network import load_checkpoint
 
     out, _ = trained

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from dl2ray.config import load_config
-from dl2ray.env import DL2Env
-from dl2ray.learn.rllib_train import ALGOS, REFUSED, RLlibRun, algorithm_config, algorithm_refusal
+from dl2ray.envs.dl2_env import DL2Env
+from dl2ray.learn.rllib.train import ALGOS, REFUSED, RLlibRun, algorithm_config, algorithm_refusal
 
 TINY = load_config(Path(__file__).resolve().parent / "tiny.yaml")
 
@@ -48,7 +48,7 @@ def test_appo_target_network_is_a_masked_frozen_copy_of_the_policy() -> None:
     from ray.rllib.core.learner.utils import update_target_network
     from ray.rllib.core.rl_module.apis import TARGET_NETWORK_ACTION_DIST_INPUTS
 
-    from dl2ray.learn.rllib_module import DL2APPOTorchRLModule, module_config
+    from dl2ray.learn.rllib.module import DL2APPOTorchRLModule, module_config
 
     env = DL2Env(cfg=TINY)
     module = DL2APPOTorchRLModule(observation_space=env.observation_space, action_space=env.action_space,

@@ -22,18 +22,18 @@ from gymnasium.utils.env_checker import check_env
 from support import run_cli, tiny_shape_config
 
 from dl2ray.config import ExperimentConfig, load_config
-from dl2ray.learn.rllib_export import export_policy
-from dl2ray.learn.rllib_shape_module import (
+from dl2ray.envs.shape_env import ShapeEnv, apply_actions
+from dl2ray.learn.rllib.export import export_policy
+from dl2ray.learn.rllib.shape_module import (
     ShapeAPPOTorchRLModule,
     ShapeTorchRLModule,
     shape_module_config,
 )
-from dl2ray.learn.rllib_train import ALGOS, RLlibRun, algorithm_config, run_arch
+from dl2ray.learn.rllib.train import ALGOS, RLlibRun, algorithm_config, run_arch
 from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import WAIT, cap_mask, decide_shapes, job_features
 from dl2ray.policy.shape_net import checkpoint_arch, load_shape_checkpoint
 from dl2ray.schedulers.base import make_scheduler
-from dl2ray.shape_env import ShapeEnv, apply_actions
 
 HERE = Path(__file__).resolve().parent
 TINY_SHAPE_YAML = HERE / "tiny-shape.yaml"
@@ -98,7 +98,7 @@ def test_env_spaces_hold_every_observation(features) -> None:
 
 
 def test_avg_jct_return_is_minus_the_censored_average_jct() -> None:
-    """The reward is DL2Env's (dl2ray.env.step_slot): with "avg_jct" an episode's return is
+    """The reward is DL2Env's (dl2ray.envs.dl2_env.step_slot): with "avg_jct" an episode's return is
     −censored_avg_jct of the run, cut off or not."""
     env = ShapeEnv(cfg=tiny_shape_config(), reward="avg_jct", max_jobs=4)
     for max_slots in (None, 5):
@@ -249,7 +249,7 @@ def test_shape_config_gets_the_shape_module_with_the_apis_its_learner_needs(algo
 
 def test_the_init_checkpoint_picks_the_architecture(tmp_path) -> None:
     """A shape checkpoint makes a paper config train the shape module, and a paper checkpoint the reverse."""
-    from dl2ray.learn.rllib_module import DL2TorchRLModule
+    from dl2ray.learn.rllib.module import DL2TorchRLModule
     from dl2ray.policy.encoding import Encoding
     from dl2ray.policy.network import build_networks, save_checkpoint
 

@@ -26,9 +26,9 @@ import yaml
 from support import CONFIGS
 
 from dl2ray.config import load_config
-from dl2ray.experiments import build_simulator
 from dl2ray.knowledge import TruthAccessError, operator_config
 from dl2ray.schedulers.base import is_reference, make_scheduler, scheduler_names
+from dl2ray.world import build_simulator
 
 _OPENED: list[str] | None = None
 

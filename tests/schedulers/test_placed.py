@@ -9,10 +9,10 @@ from support import CONFIGS, run_cli
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.experiments import build_simulator
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.placed import Placed, with_placement
 from dl2ray.schedulers.planner import Planner
+from dl2ray.world import build_simulator
 
 OWN = {
     "fifo": "load_balancing", "fifo-published": "load_balancing",

@@ -24,8 +24,8 @@ def free_port() -> int:
 
 def sim_views(cfg: ExperimentConfig, seed: int, slots: tuple[int, ...]) -> list[ClusterView]:
     """Views of the testbed simulator run by DRF at the given slots (jobs with histories and placements)."""
-    from dl2ray.experiments import build_simulator
     from dl2ray.schedulers.drf import DRF
+    from dl2ray.world import build_simulator
 
     sim, drf, out = build_simulator(cfg), DRF(), []
     view = sim.reset(seed)

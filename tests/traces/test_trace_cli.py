@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dl2ray.cli import main
+from dl2ray.cli.app import main
 from dl2ray.traces.parquet import read_trace, read_trace_meta
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def test_malformed_csv_exit_2(samples, tmp_path, capsys) -> None:
 
 def test_console_entry_point_subprocess(samples, tmp_path) -> None:
     out = tmp_path / "a.parquet"
-    cmd = [sys.executable, "-c", "from dl2ray.cli import main; main()", "trace", "import",
+    cmd = [sys.executable, "-c", "from dl2ray.cli.app import main; main()", "trace", "import",
            "--format", "alibaba-gpu-2023", str(samples / "alibaba_gpu_2023_small.csv"),
            "--out", str(out), "--cluster", "x"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)

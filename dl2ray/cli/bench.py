@@ -1,0 +1,226 @@
+"""``dl2ray bench ...``: benchmarks that print one JSON object (never run as tests).
+
+Results and the commands that produced them are recorded in docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from dl2ray.config import ExperimentConfig, load_config
+from dl2ray.errors import UserError
+from dl2ray.report import emit
+from dl2ray.view import ClusterView, JobView, Observation
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+
+@app.command("sim")
+def bench_sim(
+    config: Annotated[Path, typer.Option("--config", "-c")] = Path("configs/large.yaml"),
+    scheduler: str = "drf",
+    seed: int = 0,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Wall seconds and slots/s of one whole trace (median of ``repeats`` runs)."""
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
+
+    cfg = load_config(config)
+    sim = build_simulator(cfg)
+    times, slots, jobs = [], 0, 0
+    for _ in range(repeats):
+        sched = make_scheduler(scheduler, cfg)
+        t0 = time.perf_counter()
+        result = run_episode(sim, sched, seed)
+        times.append(time.perf_counter() - t0)
+        slots, jobs = result.slots, len(result.end_time)
+    wall = statistics.median(times)
+    emit({"bench": "sim", "config": cfg.name, "scheduler": scheduler, "jobs": jobs,
+           "slots": slots, "wall_s": round(wall, 4), "slots_per_s": round(slots / wall, 1),
+           "repeats": repeats}, json_out)
+
+
+def synthetic_view(cfg: ExperimentConfig, jobs: int, nodes: int, seed: int) -> ClusterView:
+    """A slot of a big cluster: ``nodes`` default nodes, ``jobs`` jobs that each ran
+    three slots at (1,1), (1,2) and (2,2) with speeds of the measured model.
+
+    Observations come from the measured speed model, so heuristics that learn from
+    history (Optimus) have real fitting work to do.
+    """
+    from dl2ray.sim import LOSS_FLOOR
+    from dl2ray.speed import spread_layout
+    from dl2ray.world import speed_model
+
+    rng = np.random.default_rng(seed)
+    cat = cfg.catalogue
+    speed = speed_model(cfg)
+    capacity = np.tile(cfg.cluster.capacity[:1], (nodes, 1))
+    capacity.setflags(write=False)
+    gap = 1.0 / cfg.sim.convergence_gap - 1.0
+    views = []
+    for j in range(jobs):
+        ti = int(rng.integers(len(cat)))
+        jt = cat.types[ti]
+        epochs = jt.base_epochs * rng.uniform(0.9, 1.1)
+        done, hist = 0.0, []
+        for s, (p, w) in enumerate(((1, 1), (1, 2), (2, 2))):
+            e = speed.epochs_per_second(ti, spread_layout(w, p)) * cfg.sim.slot_seconds * 0.2
+            done += e
+            loss = 1.0 / (gap / epochs * done + 1.0) + LOSS_FLOOR
+            hist.append(Observation(s, p, w, e, cfg.sim.slot_seconds, loss))
+        views.append(JobView(
+            job_id=j, job_type=jt.name, type_index=ti, arrival_slot=0, slots_run=3,
+            est_epochs=epochs, done_epochs=done, workers=2, ps=2, worker_nodes=(), ps_nodes=(),
+            worker_demand=cat.worker_demand[ti], ps_demand=cat.ps_demand[ti],
+            max_workers=jt.max_workers, max_ps=jt.max_ps, history=tuple(hist),
+        ))
+    return ClusterView(3, cfg.sim.slot_seconds, capacity, capacity, tuple(views), cat,
+                       cfg.cluster.default_placement)
+
+
+@app.command("round")
+def bench_round(
+    scheduler: str = "optimus",
+    jobs: Annotated[int, typer.Option(min=1)] = 4000,
+    nodes: Annotated[int, typer.Option(min=1)] = 10000,
+    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    seed: int = 0,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Seconds for one scheduling decision at scale (median of ``repeats``)."""
+    from dl2ray.schedulers.base import make_scheduler
+
+    cfg = load_config(config)
+    view = synthetic_view(cfg, jobs, nodes, seed)
+    times, tasks = [], 0
+    for _ in range(repeats):
+        sched = make_scheduler(scheduler, cfg)
+        t0 = time.perf_counter()
+        alloc = sched.decide(view)
+        times.append(time.perf_counter() - t0)
+        tasks = sum(t.workers + t.ps for t in alloc.tasks.values())
+    if tasks == 0:
+        raise UserError("the scheduler allocated nothing; the benchmark would be meaningless")
+    emit({"bench": "round", "scheduler": scheduler, "jobs": jobs, "nodes": nodes,
+           "tasks_placed": tasks, "seconds": round(statistics.median(times), 4),
+           "repeats": repeats}, json_out)
+
+
+@app.command("decide")
+def bench_decide(
+    config: Annotated[Path, typer.Option("--config", "-c")] = Path("configs/large.yaml"),
+    policy: Annotated[Path | None, typer.Option(help="checkpoint (default: a fresh network)")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="jobs in the view (one window of J by default)")] = 40,
+    sample: Annotated[bool, typer.Option("--sample/--greedy", help="sample, or argmax")] = False,
+    compiled: Annotated[bool, typer.Option(
+        "--compiled/--step-by-step", help="the compiled loop, or the step-by-step reference")] = True,
+    seed: int = 0,
+    repeats: Annotated[int, typer.Option(min=1)] = 200,
+    arch: Annotated[str | None, typer.Option(
+        help="paper or shape (default: the checkpoint's, else policy.arch)")] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Milliseconds for one whole slot's decision by the DL2 policy (all inferences until stop).
+
+    The view: the config's cluster run with DRF until at least ``jobs`` jobs are
+    present, cut to the first ``jobs`` of them. Times include building the
+    slot's placer, every inference, mask and placement, and the Allocation.
+    The first 5 runs (numba loads or compiles the loop in the first) are dropped.
+    ``cpu_*_ms``: the process's CPU time for the same runs (what a loaded machine
+    does not inflate, unlike the wall-clock ``p50_ms``/``p99_ms``). For the shape
+    architecture one decision is the job features, one network pass over all
+    jobs and the compiled menu loop (``inferences`` = jobs decided).
+    """
+    from dl2ray.policy.shape_net import checkpoint_arch
+
+    cfg = load_config(config)
+    arch = arch or (checkpoint_arch(policy) if policy is not None else cfg.policy.arch)
+    if arch not in ("paper", "shape"):
+        raise UserError(f"--arch: {arch!r}: known: paper, shape")
+    if arch == "shape":
+        decide = _shape_decider(cfg, policy, seed)
+    else:
+        decide = _paper_decider(cfg, policy, seed, compiled)
+    view = busy_view(cfg, jobs, seed)
+    rng = np.random.default_rng(seed)
+    times, cpu, steps, tasks = [], [], [], []
+    for _ in range(repeats + 5):  # the first few warm caches and are dropped
+        t0, c0 = time.perf_counter(), time.process_time()
+        alloc, inferences = decide(view, None if not sample else rng)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        steps.append(inferences)
+        tasks.append(sum(t.workers + t.ps for t in alloc.tasks.values()))
+    ms, cpu_ms = np.array(times[5:]) * 1e3, np.array(cpu[5:]) * 1e3
+    per = ms / np.maximum(np.array(steps[5:]), 1)
+    emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes, "arch": arch,
+           "policy": str(policy) if policy else "fresh", "mode": "sample" if sample else "greedy",
+           "path": "compiled" if compiled or arch == "shape" else "step-by-step",
+           "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
+           "cpu_p50_ms": round(float(np.percentile(cpu_ms, 50)), 3),
+           "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
+           "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
+           "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats}, json_out)
+
+
+def _paper_decider(cfg, policy: Path | None, seed: int, compiled: bool):
+    """``decide(view, rng) -> (allocation, inferences)`` of the paper's policy."""
+    from dl2ray.policy.decision import decide_slot
+    from dl2ray.policy.encoding import Encoding
+    from dl2ray.policy.network import NumpyPolicy, build_networks, load_checkpoint
+
+    enc = Encoding.from_config(cfg)
+    if policy is None:
+        net = build_networks(enc, cfg.policy.hidden, seed)[0]
+    else:
+        net = load_checkpoint(policy, expect=enc, catalogue=cfg.catalogue.names).policy
+    numpy_policy = NumpyPolicy.from_torch(net)
+
+    def decide(view, rng):
+        dec = decide_slot(view, numpy_policy, enc, greedy=rng is None, rng=rng, fast=compiled)
+        return dec.allocation, dec.inferences
+
+    return decide
+
+
+def _shape_decider(cfg, policy: Path | None, seed: int):
+    """``decide(view, rng) -> (allocation, jobs decided)`` of the shape policy."""
+    from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+    from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy, load_shape_policy
+
+    enc = ShapeEncoding.from_config(cfg)
+    s = cfg.policy.shape
+    net = build_shape_policy(enc, s.embed, s.head, seed) if policy is None else load_shape_policy(policy, cfg)
+    numpy_policy = NumpyShapePolicy(net)
+    enc = net.enc  # a checkpoint decodes as it says (its placement), as dl2:PATH does
+
+    def decide(view, rng):
+        x, g = job_features(view, enc)
+        return decide_shapes(view, enc, numpy_policy.logits(x, g), rng).allocation, len(view.jobs)
+
+    return decide
+
+
+def busy_view(cfg, jobs: int, seed: int):
+    """The config's cluster run with DRF until ``jobs`` jobs are present, cut to the first ``jobs``."""
+    from dl2ray.schedulers.drf import DRF
+    from dl2ray.world import build_simulator
+
+    sim, drf = build_simulator(cfg), DRF()
+    view = sim.reset(seed)
+    while len(view.jobs) < jobs and not sim.done:
+        view = sim.step(drf.decide(view)).view
+    if len(view.jobs) < jobs:
+        raise UserError(f"the trace never has {jobs} jobs at once; lower --jobs")
+    return ClusterView(view.slot, view.slot_seconds, view.capacity, view.free, view.jobs[:jobs],
+                       view.catalogue, view.placement)

@@ -1,0 +1,235 @@
+"""On-policy per-job policy gradient for the shape policy, with a learned value baseline (``--algo pg``).
+
+The counterfactual learner (:mod:`dl2ray.learn.shape.counterfactual`) measures one job's choice by
+re-simulating the slot; this one is the classic alternative issue 22 names: learn from the episodes
+the *sampled* policy plays, crediting each job's choice with a return and a learned baseline.
+
+**Collection** (:class:`OnPolicyCollector`): ``policy.shape.envs`` whole episodes per update in the
+learner's twin (the same :class:`~dl2ray.learn.shape.twin.TwinExperience` simulators and episode source as
+the counterfactual learner: operator-world episodes of the config, or replays of what the cluster
+showed), every slot decided by :func:`~dl2ray.policy.shape.decide_shapes` with ``rng``: each job's
+menu row is *sampled* from its policy over the rows its mask allows at its turn (Gumbel-max, on
+policy). Per slot ``t``: the jobs' rows ``x`` (n, F), the global row ``g``, the masks, the sampled
+rows, and each job's id.
+
+**Credit** (``credit``; ``end_j`` the slot-time job ``j`` finished, the episode's last slot if it
+did not):
+
+- ``"job"``: ``G_{j,t} = −(end_j − t)``, the job's own remaining time in the system (slots): what
+  its choice buys *itself*. It ignores what the choice costs the other jobs (a larger shape always
+  helps its own job), so it is biased toward large shapes; the KL limit bounds the drift per update;
+- ``"slot"``: ``R_t = −Σ_{h ≥ t} Σ_{j present at h} min(1, end_j − h)``, every job in the system
+  from slot ``t`` on, later arrivals included: minus the remaining total JCT, the return whose
+  episode sum is minus the total JCT, shared by every choice of the slot (unbiased, noisy: the
+  slot's ``n`` choices share one number).
+
+**Baseline**: a value network ``V(x_j, g)`` (an MLP over the job's row and the global row, two hidden
+layers of ``head`` units) fitted each update to the credit by mean squared error (``4·epochs`` Adam
+steps on standardised targets); it is the learner's own, kept between updates and in its checkpoint,
+never shipped. Advantage ``A = credit − V``, standardised over the update's job decisions.
+
+**Update** (:func:`pg_update`): PPO's clipped surrogate on the sampled rows (ratio clip 0.2) minus
+``entropy_weight``·H, up to ``epochs`` Adam steps, stopped once the mean ``KL(old ‖ new)`` over the
+update's job decisions exceeds ``trust`` (the same KL limit as the counterfactual learner).
+
+Random streams: the sampled rows from the generator the learner passes (``[seed, 1]`` in
+:class:`~dl2ray.learn.shape.trainer.ShapeTrainer`); the value network's initialisation from ``[seed, 3]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from dl2ray.learn.actor_critic import masked_entropy
+from dl2ray.learn.records import PolicyGradientRow
+from dl2ray.learn.shape.counterfactual import EpisodeSource, job_reward
+from dl2ray.learn.shape.sl import PaddedSlots, SlotSample, masked_job_logits
+from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
+from dl2ray.sim import Simulator
+from dl2ray.view import Allocation
+
+Credit = Literal["job", "slot"]
+CLIP = 0.2
+
+
+@dataclass
+class Played:
+    """One update's on-policy experience: ``slots`` (each job's row, masks and *sampled* row),
+    ``credit`` per slot ``(n,)`` (module docstring), ``reward`` the mean slot reward and ``episodes``."""
+
+    slots: list[SlotSample]
+    credit: list[np.ndarray]
+    reward: float
+    episodes: int
+
+
+class OnPolicyCollector:
+    """Whole episodes of the sampled policy on ``sims`` (round-robin), from ``source`` (module docstring)."""
+
+    def __init__(self, sims: Sequence[Simulator], enc: ShapeEncoding, source: EpisodeSource,
+                 rng: np.random.Generator, credit: Credit = "job", start_episode: int = 0) -> None:
+        if credit not in ("job", "slot"):
+            raise ValueError(f"credit: {credit!r}: known: job, slot")
+        self.sims, self.enc, self.source, self.rng, self.credit = list(sims), enc, source, rng, credit
+        self.episodes = start_episode
+
+    def collect(self, policy: NumpyShapePolicy, episodes: int) -> Played:
+        out = Played([], [], 0.0, 0)
+        rewards: list[float] = []
+        for k in range(episodes):
+            rewards += self._episode(self.sims[k % len(self.sims)], policy, out)
+        out.reward = float(np.mean(rewards)) if rewards else 0.0
+        return out
+
+    def _episode(self, sim: Simulator, policy: NumpyShapePolicy, out: Played) -> list[float]:
+        view = sim.reset(*self.source(self.episodes))
+        self.episodes += 1
+        out.episodes += 1
+        present: list[tuple[int, list[int]]] = []  # (slot, job ids) of every slot, decided or not
+        rewards = []
+        while True:
+            ids = [j.job_id for j in view.jobs]
+            present.append((view.slot, ids))
+            if ids:
+                x, g = job_features(view, self.enc)
+                d = decide_shapes(view, self.enc, policy.logits(x, g), rng=self.rng)
+                out.slots.append(SlotSample(x, g, d.masks, d.actions))
+                alloc = d.allocation
+            else:
+                alloc = Allocation.empty()
+            res = sim.step(alloc)
+            rewards.append(job_reward(sim, view))
+            if res.done:
+                break
+            view = res.view
+        last = float(sim.slot)
+        end = {j: min(t, last) for j, t in sim.result.end_time.items()}
+        seen = [(t, ids) for t, ids in present if ids]  # the slots with a decision, in out.slots' order
+        out.credit += self._credit(seen, present, end, last)
+        return rewards
+
+    def _credit(self, seen, present, end: dict[int, float], last: float) -> list[np.ndarray]:
+        def left(j: int) -> float:
+            return end.get(j, last)
+
+        if self.credit == "job":
+            return [np.array([-(left(j) - t) for j in ids], np.float32) for t, ids in seen]
+        # minus the time every job spends in the system from slot t on: suffix sums over the slots
+        in_slot = {t: sum(min(1.0, max(0.0, left(j) - t)) for j in ids) for t, ids in present}
+        slots = sorted(in_slot)
+        suffix, acc = {}, 0.0
+        for t in reversed(slots):
+            acc += in_slot[t]
+            suffix[t] = acc
+        return [np.full(len(ids), -suffix[t], np.float32) for t, ids in seen]
+
+
+class JobValue(nn.Module):
+    """``V(x_j, g)``: (B, n, F) job rows and (B, G) global rows → (B, n) values (standardised units)."""
+
+    def __init__(self, job_dim: int, global_dim: int, width: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(job_dim + global_dim, width), nn.ReLU(),
+                                 nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def forward(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        gg = g[:, None, :].expand(-1, x.shape[1], -1)
+        return self.net(torch.cat([x, gg], dim=-1)).squeeze(-1)
+
+
+def build_job_value(enc: ShapeEncoding, width: int, seed: int) -> JobValue:
+    """The baseline network, initialised from ``[seed, 3]``."""
+    gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, 3]).integers(2**62)))
+    value = JobValue(enc.job_dim, enc.global_dim, width)
+    with torch.no_grad():
+        for p in value.parameters():
+            p.copy_(torch.empty_like(p).uniform_(-1, 1, generator=gen) / np.sqrt(max(1, p.shape[-1])))
+    return value
+
+
+class SurrogateTarget:
+    """One on-policy update's fixed parts (module docstring, "Baseline" and "Update"): building it fits the
+    baseline ``value`` to ``data``'s standardised credit (``4·epochs`` Adam steps) and fixes the
+    standardised advantages and the old policy; :meth:`loss` is PPO's clipped surrogate every step
+    minimises, :meth:`moved` the mean ``KL(π_old ‖ π_θ)`` over the update's job decisions.
+    :func:`pg_update` steps on it alone; the mixed learner (:mod:`dl2ray.learn.shape.mix`) adds it to the
+    counterfactual improvement.
+
+    ``control`` (the zero-advantage control run): the advantages are shuffled among the update's job
+    decisions with this generator: the same magnitudes and so the same KL-limited steps, in directions
+    that carry no information about which choice did better."""
+
+    def __init__(self, net: ShapePolicyNet, value: JobValue, value_opt: torch.optim.Optimizer, data: Played,
+                 epochs: int, control: np.random.Generator | None = None) -> None:
+        self.batch = batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
+        self.keep = keep = batch.present
+        credit = torch.zeros(keep.shape)
+        for b, c in enumerate(data.credit):
+            credit[b, :len(c)] = torch.from_numpy(c)
+        target = credit[keep]
+        self.mean_credit, sd = float(target.mean()), float(target.std()) + 1e-6
+        z = (target - self.mean_credit) / sd
+        self.value_loss = 0.0
+        for _ in range(4 * epochs):
+            loss = ((value(batch.x, batch.g)[keep] - z) ** 2).mean()
+            value_opt.zero_grad()
+            loss.backward()
+            value_opt.step()
+            self.value_loss = loss.item()
+        with torch.no_grad():
+            adv = z - value(batch.x, batch.g)[keep]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-6)
+            if control is not None:
+                adv = adv[torch.from_numpy(control.permutation(adv.shape[0]))]
+            self.adv = adv
+            self.old = torch.log_softmax(masked_job_logits(net, batch), dim=-1)[keep]
+            self.old_logp = self.old.gather(1, batch.actions[keep][:, None]).squeeze(1)
+
+    def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``−mean min(ρ·A, clip(ρ, 1±0.2)·A) − β·H`` over the job decisions, and their mean entropy."""
+        logits = masked_job_logits(net, self.batch)[self.keep]
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(1, self.batch.actions[self.keep][:, None]).squeeze(1)
+        ratio = torch.exp(logp - self.old_logp)
+        surrogate = torch.minimum(ratio * self.adv, ratio.clamp(1 - CLIP, 1 + CLIP) * self.adv)
+        ent = masked_entropy(logits, self.batch.masks[self.keep]).mean()
+        return -surrogate.mean() - entropy_weight * ent, ent
+
+    def moved(self, net: ShapePolicyNet) -> float:
+        """Mean ``KL(π_old ‖ π_θ)`` (nats) over the update's job decisions."""
+        with torch.no_grad():
+            new = torch.log_softmax(masked_job_logits(net, self.batch), dim=-1)[self.keep]
+            p_old = self.old.exp()
+            kl = torch.where(p_old > 0, p_old * (self.old - new), torch.zeros_like(self.old))
+            return float(kl.sum(1).mean())
+
+
+def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
+              value_opt: torch.optim.Optimizer, data: Played, epochs: int, trust: float | None,
+              entropy_weight: float, update: int = -1,
+              control: np.random.Generator | None = None) -> PolicyGradientRow:
+    """One update of ``net`` (and the baseline ``value``) on ``data`` (module docstring); its record.
+    ``control``: the zero-advantage control (:class:`SurrogateTarget`)."""
+    target = SurrogateTarget(net, value, value_opt, data, epochs, control)
+    kl = entropy = policy_loss = 0.0
+    steps = 0
+    for _ in range(epochs):
+        loss, ent = target.loss(net, entropy_weight)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+        policy_loss, entropy = loss.item(), ent.item()
+        kl = target.moved(net)
+        if trust is not None and kl > trust:
+            break
+    return PolicyGradientRow(update, policy_loss, target.value_loss, kl, entropy, data.reward,
+                             target.mean_credit, len(data.slots), int(target.keep.sum()), data.episodes,
+                             steps)
