@@ -516,7 +516,7 @@ def measure_live(specs: Sequence[LiveSpec], window: Window, timeouts: Timeouts =
                  log: Log = lambda _: None) -> list[PointResult]:
     """Every spec profiled in turn (SIGTERM cleans up as Ctrl-C does)."""
     results: list[PointResult] = []
-    with _terminate_raises():
+    with terminate_raises():
         for ls in specs:
             results += profile_job(ls, window, timeouts, log)
     return results
@@ -532,7 +532,7 @@ def average_by_type(catalogue: JobCatalogue, results: Sequence[PointResult]) -> 
 
 
 @contextlib.contextmanager
-def _terminate_raises() -> Iterator[None]:
+def terminate_raises() -> Iterator[None]:
     """SIGTERM raises SystemExit(143) here, so cleanup (``finally``) runs as it does for Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield

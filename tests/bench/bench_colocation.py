@@ -331,20 +331,6 @@ def testbed(nodes: int, inter_mbps: float) -> Iterator[Topology]:
         remove_namespaces([ns for ns in topo.namespaces if ns in set(list_namespaces())])
 
 
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM (and SIGINT, as usual) raise, so ``finally`` removes the testbed."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 # -- helpers run inside the namespaces -----------------------------------------------------------
 
 
@@ -732,7 +718,9 @@ def main(argv: list[str] | None = None) -> int:
         print("error: needs root and the ip and tc commands (network namespaces)", file=sys.stderr)
         return 2
     calibration = _load(args.calibration)
-    with _signals_raise():
+    from clusters.profile_live import terminate_raises
+
+    with terminate_raises():  # SIGTERM (and SIGINT, as usual) raise, so ``finally`` removes the testbed
         result = run(s, calibration)
     if args.json:
         print(json.dumps(result))
