@@ -126,13 +126,15 @@ def atomic_save(target: Path, policy: nn.Module, value: ValueNet | None, catalog
 
 
 def with_hidden_of(cfg: ExperimentConfig, init: Path | None) -> ExperimentConfig:
-    """``cfg`` with the ``init`` checkpoint's widths (``policy.hidden``, or ``policy.shape.embed/head``)
-    and architecture: agents and validator build its shapes."""
+    """``cfg`` with the ``init`` checkpoint's widths (``policy.hidden``, or ``policy.shape.embed/head``),
+    its layouts (``policy.shape.layouts``: a policy that places each job by its row's placer keeps doing
+    so) and architecture: agents and validator build its shapes."""
     if init is None:
         return cfg
     if checkpoint_arch(init) == "shape":
         meta = read_checkpoint_doc(init)["meta"]
-        shape = cfg.policy.shape.model_copy(update={"embed": tuple(meta["embed"]), "head": int(meta["head"])})
+        shape = cfg.policy.shape.model_copy(update={"embed": tuple(meta["embed"]), "head": int(meta["head"]),
+                                                    "layouts": tuple(meta.get("layouts", ()))})
         policy = cfg.policy.model_copy(update={"arch": "shape", "shape": shape})
         return cfg.model_copy(update={"policy": policy})
     hidden = load_checkpoint(init).meta.hidden
