@@ -52,7 +52,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow --durations=20
 
 # Chromium and its driver for tests/clusters/test_dashboard_live.py (skipped without them, except on CI):
 # Debian's chromium + chromium-driver when either is missing (apt-get as root, else through sudo).
