@@ -183,14 +183,7 @@ def save_surfaces(surfaces: dict[str, Surface], out_dir: str | Path, source: str
 def load_surfaces(directory: str | Path) -> dict[str, Surface]:
     """Read ``surfaces.json`` written by :func:`save_surfaces`."""
     path = Path(directory) / SURFACES_FILE
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MissingInputError(
-            f"{path}: speed surfaces missing; run `dl2ray fit-speed FILE --out {directory}`"
-        ) from None
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version must be {SCHEMA_VERSION}")
+    doc = _read_versioned(path, f"speed surfaces missing; run `dl2ray fit-speed FILE --out {directory}`")
     return {
         name: Surface(name, np.asarray(m["speed"], dtype=np.float64), int(m["points"]))
         for name, m in doc["models"].items()
@@ -390,15 +383,8 @@ def save_placement(model: PlacementModel, path: str | Path, source: str, fit: di
 
 def load_placement(path: str | Path) -> PlacementModel:
     """Read a calibration written by :func:`save_placement`."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MissingInputError(
-            f"{p}: placement calibration missing; fit it with tests/bench/bench_colocation.py --fit"
-        ) from None
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{p}: schema_version must be {SCHEMA_VERSION}")
+    doc = _read_versioned(Path(path), "placement calibration missing; fit it with "
+                                      "tests/bench/bench_colocation.py --fit")
     return PlacementModel(doc["kind"], float(doc["duplex"]), float(doc["serial"]))
 
 
@@ -611,3 +597,15 @@ def deviation_divisor(phi: float, factors: tuple[float, float]) -> float:
 def colocation_factor(others_share: float, slowdown: float) -> float:
     """Speed multiplier ``1 - slowdown × others_share`` (``others_share`` in [0, 1])."""
     return 1.0 - slowdown * min(max(others_share, 0.0), 1.0)
+
+
+def _read_versioned(path: Path, missing: str) -> dict:
+    """The JSON document at ``path`` (a file this module wrote, with ``schema_version``);
+    MissingInputError ``"{path}: {missing}"`` when there is none, ValueError for another version."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MissingInputError(f"{path}: {missing}") from None
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version must be {SCHEMA_VERSION}")
+    return doc
