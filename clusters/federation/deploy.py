@@ -309,8 +309,7 @@ def stop_member(fed: FederationFile, member: str) -> None:
         agent = ray.get_actor(names(fed)[f"member:{member}"], namespace=NAMESPACE)
     except ValueError:
         return
-    index = [m.name for m in fed.members].index(member)
-    if not kind_of(fed, index).owned(fed, agent):
+    if not KINDS[fed.member(member).backend.kind].owned(fed, agent):
         return
     ray.get(agent.stop.remote(), timeout=180)
     ray.kill(agent, no_restart=True)
