@@ -352,6 +352,13 @@ class PolicyConfig(_Frozen):
         "truth = the simulator's true speeds; operator = the operator's profile in their place "
         "(dl2ray.world.build_simulator), so no trained weight has seen the truth. Model selection "
         "(validation JCT) and every reported number run on the truth")
+    experience: Literal["cluster", "twin"] = Field(
+        default="cluster", description="where the on-policy learners (the paper's actor-critic, the shape "
+        "policy's pg and the on-policy half of mix) get their episodes: cluster = online, from the "
+        "learner's own cluster through the live agent's interface (act, observe, reward: "
+        "dl2ray.envs.cluster_env; the simulator's truth stands in for the live cluster and is never read); "
+        "twin = in a model of it (train_world's simulator, or the observed twin). The learners that "
+        "re-simulate a slot (counterfactual, improve) always learn in a twin")
     arch: Literal["paper", "shape"] = Field(
         default="paper", description="paper: the DL2 paper's 3J+1 incremental actions over a window "
         "(dl2ray.policy.encoding); shape: one (workers, PS) menu row per job, one scorer shared by "

@@ -90,6 +90,8 @@ class A3COptions:
     observe_every: int = 1  # observed twin: updates per episode run on the agent's own cluster
     zero_advantage: bool = False  # shape agents: the control (each try's advantages shuffled)
     same_traces: bool = False  # the benchmark's control: every agent cycles all ``traces`` (not its part)
+    algo: Literal["counterfactual", "pg"] = "counterfactual"  # shape agents: tries in the twin, or online pg
+    credit: Literal["job", "slot"] = "job"  # shape agents, pg: a job choice's return
 
     def __post_init__(self) -> None:
         if self.agents < 1 or self.traces < (1 if self.same_traces else self.agents):
@@ -110,7 +112,8 @@ class A3COptions:
     def local_settings(self) -> LocalSettings:
         """What an agent's :class:`~clusters.a3c.local.LocalLearner` is built with."""
         return LocalSettings(self.steps_per_update, self.critic, self.exploration, self.twin,
-                             self.twin_window, self.observe_every, self.zero_advantage)
+                             self.twin_window, self.observe_every, self.zero_advantage,
+                             algo=self.algo, credit=self.credit)
 
 
 class ValidatorImpl:

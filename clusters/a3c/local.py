@@ -24,17 +24,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from clusters.a3c.sim_backend import SimBackend
 from clusters.a3c.weights import fresh_networks, load_vector, params_vector
 from dl2ray.config import ExperimentConfig
+from dl2ray.envs.cluster_env import learning_environment
 from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.records import UpdateRecord, UpdateRow
 from dl2ray.learn.rollout import Collector, to_batch
+from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, environments, pg_update
 from dl2ray.learn.shape.trainer import counterfactual_update
 from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy
+from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy
 
 
@@ -52,6 +54,8 @@ class LocalSettings:
     zero_advantage: bool = False  # shape: the control (advantages shuffled)
     own_cluster: bool = True  # shape, observed twin: run episodes of its simulated cluster (False: a live
     # learner adds what its live cluster showed to ``experience.twin`` itself)
+    algo: str = "counterfactual"  # shape: counterfactual (tries in the twin) or pg (online, on-policy)
+    credit: str = "job"  # shape, pg: a job choice's return (dl2ray.learn.shape.pg)
 
 
 @dataclass
@@ -98,10 +102,9 @@ class ActorCriticStep:
         self.policy, self.value = fresh_networks(cfg, seed)
         self.loss_cfg = LossConfig.from_config(cfg, critic=settings.critic)
         explore = JobAwareExploration.from_config(cfg) if settings.exploration else None
-        self.collector = Collector(
-            SimBackend.from_config(cfg),  # type: ignore[arg-type]  # duck-typed: reset/step(.view/.reward/.done)
-            self.enc, traces, np.random.default_rng([seed, 1, *streams]), explore,
-            np.random.default_rng([seed, 2, *streams]))
+        self.collector = Collector(learning_environment(cfg, traces), self.enc,
+                                   np.random.default_rng([seed, 1, *streams]), explore,
+                                   np.random.default_rng([seed, 2, *streams]))
         self.steps = settings.steps_per_update or cfg.policy.minibatch
         self.numpy: NumpyPolicy | None = None
 
@@ -154,10 +157,50 @@ class CounterfactualStep:
         return {"cluster_jct": list(self.experience.cluster_jct), "observed": twin.observed if twin else 0}
 
 
+class OnPolicyStep:
+    """The shape policy learning online: whole stretches of the sampled policy on the agent's own cluster
+    through the environment interface (:class:`~dl2ray.learn.shape.pg.OnPolicyCollector`), the clipped
+    on-policy update of the local copy against the agent's own value baseline (kept by the agent, never
+    pushed); the push is the pseudo-gradient ``θ_taken − θ_improved``, as :class:`CounterfactualStep`'s."""
+
+    value = None  # the baseline is the agent's own: the master keeps only the policy
+
+    def __init__(self, cfg: ExperimentConfig, traces: list[int], seed: int, streams: list[int],
+                 settings: LocalSettings) -> None:
+        self.cfg, self.settings = cfg, settings
+        s = cfg.policy.shape
+        self.policy, _ = fresh_networks(cfg, seed)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
+        self.rng = np.random.default_rng([seed, 1, *streams])
+        enc = ShapeEncoding.from_config(cfg)
+        self.collector = OnPolicyCollector(environments([learning_environment(cfg, traces)]), enc, self.rng,
+                                           settings.credit)  # type: ignore[arg-type]
+        self.baseline = build_job_value(enc, s.head, seed)
+        self.baseline_opt = torch.optim.Adam(self.baseline.parameters(), lr=s.lr)
+
+    def take(self, weights: np.ndarray) -> None:
+        load_vector(self.policy, None, weights)
+
+    def compute(self, version: int) -> Push:
+        theta = params_vector(self.policy, None)
+        s = self.cfg.policy.shape
+        played = self.collector.collect(NumpyShapePolicy(self.policy), s.envs)  # type: ignore[arg-type]
+        row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # type: ignore[arg-type]
+                        played, s.epochs, s.trust, s.entropy_weight,
+                        control=self.rng if self.settings.zero_advantage else None)
+        decisions = sum(len(x.actions) for x in played.slots)
+        return Push(theta - params_vector(self.policy, None), row, len(played.slots), decisions)
+
+    def stats(self) -> dict[str, Any]:
+        return {"stretches": self.collector.episodes}
+
+
 def local_learner(cfg: ExperimentConfig, traces: list[int], seed: int, streams: list[int],
                   settings: LocalSettings, salt: int = 0) -> LocalLearner:
     """The local learner of ``cfg.policy.arch``. ``streams``: what separates this learner's random
     draws from its siblings' (``[agent, incarnation]``); ``salt``: its twin's seeds."""
+    if cfg.policy.arch == "shape" and settings.algo == "pg":
+        return OnPolicyStep(cfg, traces, seed, streams, settings)
     if cfg.policy.arch == "shape":
         return CounterfactualStep(cfg, traces, seed, streams, settings, salt)
     return ActorCriticStep(cfg, traces, seed, streams, settings)

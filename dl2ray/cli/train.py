@@ -141,6 +141,15 @@ def _multi_agent_trainer(ctx: typer.Context, agents: int) -> MultiAgentRL:
     return trainer
 
 
+def _with_experience(cfg, experience: str | None):
+    """``cfg`` with ``policy.experience`` set from ``--experience`` (unchanged without it)."""
+    if experience is None:
+        return cfg
+    if experience not in ("cluster", "twin"):
+        raise UserError(f"--experience: {experience!r}: known: cluster, twin")
+    return cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"experience": experience})})
+
+
 @app.command("rl")
 def train_rl(
     ctx: typer.Context,
@@ -182,6 +191,10 @@ def train_rl(
         help="counterfactual: where the tries are simulated: config (operator-world episodes of the "
              "config's workload) or observed (a twin fitted from episodes the learner's own cluster ran; "
              "dl2ray.learn.shape.twin)")] = "config",
+    experience: Annotated[str | None, typer.Option(
+        help="where the on-policy learners (paper, pg, mix's on-policy half) play: cluster (online, from "
+             "the learner's own cluster through act/observe/reward; dl2ray.envs.cluster_env) or twin (in "
+             "the model of it, policy.train_world); default: the config's policy.experience")] = None,
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
     agents: Annotated[int, typer.Option(help="learners: 1 = this process; N >= 2 = A3C with N Ray "
@@ -211,6 +224,7 @@ def train_rl(
         raise UserError(f"--twin {twin}: only --algo {', '.join(records.SHAPE_ALGOS)} learn in a twin")
     if credit not in ("job", "slot"):
         raise UserError(f"--credit: {credit!r}: known: job, slot")
+    cfg = _with_experience(cfg, experience)
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None

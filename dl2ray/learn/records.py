@@ -51,7 +51,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("counterfactual", "shape", "per-job counterfactual policy optimisation of the shape policy "
               "(dl2ray.learn.shape.counterfactual)", counterfactual=True, a3c=True),
     Algorithm("pg", "shape", "on-policy per-job policy gradient with a learned value baseline "
-              "(dl2ray.learn.shape.pg)", on_policy=True),
+              "(dl2ray.learn.shape.pg)", on_policy=True, a3c=True),
     Algorithm("mix", "shape", "both in one update (dl2ray.learn.shape.mix)", counterfactual=True,
               on_policy=True),
 )}

@@ -39,6 +39,7 @@ import numpy as np
 
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
+from dl2ray.envs.cluster_env import learning_environment
 from dl2ray.learn.actor_critic import ActorCriticOptimizer, LossConfig, compute_gradients
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.improve import ImitationBuffer, ImprovementCollector, imitation_update
@@ -105,8 +106,7 @@ class Trainer:
             self.labels = ImitationBuffer(imp.buffer, self.enc.state_dim, self.enc.action_dim)
         else:
             explore = JobAwareExploration.from_config(cfg) if opts.exploration else None
-            self.collector = Collector(build_simulator(cfg, world=cfg.policy.train_world), self.enc,
-                                       seedsets.training(opts.traces),
+            self.collector = Collector(learning_environment(cfg, seedsets.training(opts.traces)), self.enc,
                                        self.sample_rng, explore, self.explore_rng)
             self.buffer = (ReplayBuffer(cfg.policy.replay_size, self.enc.state_dim, self.enc.action_dim,
                                         opts.prioritized) if opts.replay else None)

@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.policy.decision import Chooser, PolicyChooser, Step, run_decision
 from dl2ray.policy.encoding import Encoding, SlotState, encode_window
-from dl2ray.sim import Simulator
-from dl2ray.view import ClusterView
 
 
 @dataclass
@@ -156,28 +155,32 @@ class ExploringChooser:
 
 
 class Collector:
-    """Runs the sampled decision loop over the slots of ``sim``, trace after trace.
+    """Runs the sampled decision loop over the slots of its environment, stretch after stretch.
 
-    Episode ``k`` (counting from ``start_episode``) replays trace seed
-    ``trace_seeds[k mod len]``. ``rng`` draws the policy's samples,
-    ``explore_rng`` the exploration's coins; both are owned by the caller.
+    ``env``: a :class:`~dl2ray.envs.cluster_env.ClusterEnvironment` (the learner's own cluster, or a twin
+    behind the same interface); the collector only ever calls its ``observe`` and ``act``. ``rng`` draws
+    the policy's samples, ``explore_rng`` the exploration's coins; both are owned by the caller.
     """
 
-    def __init__(self, sim: Simulator, enc: Encoding, trace_seeds: Sequence[int], rng: np.random.Generator,
+    def __init__(self, env: ClusterEnvironment, enc: Encoding, rng: np.random.Generator,
                  exploration: JobAwareExploration | None = None,
-                 explore_rng: np.random.Generator | None = None, start_episode: int = 0) -> None:
-        if not trace_seeds:
-            raise ValueError("need at least one training trace seed")
+                 explore_rng: np.random.Generator | None = None) -> None:
         if exploration is not None and exploration.eps > 0 and explore_rng is None:
             raise ValueError("exploration needs its own numpy Generator")
-        self.sim, self.enc, self.trace_seeds = sim, enc, list(trace_seeds)
+        self.env, self.enc = env, enc
         self.rng, self.exploration, self.explore_rng = rng, exploration, explore_rng
-        self.episodes = start_episode  # episodes started so far
-        self._view: ClusterView | None = None
-        self._seed = -1
+
+    @property
+    def episodes(self) -> int:
+        """Stretches started so far."""
+        return self.env.stretches
+
+    @episodes.setter
+    def episodes(self, value: int) -> None:
+        self.env.stretches = value
 
     def collect(self, policy, min_steps: int, whole_episodes: bool = False) -> list[SlotRecord]:
-        """Slots until at least ``min_steps`` inference steps (and, if asked, an episode's end)."""
+        """Slots until at least ``min_steps`` inference steps (and, if asked, a stretch's end)."""
         records: list[SlotRecord] = []
         n = 0
         while True:
@@ -188,21 +191,13 @@ class Collector:
                 return records
 
     def slot(self, policy) -> SlotRecord:
-        """Decide and simulate one slot (starting the next trace first if none is running)."""
-        if self._view is None:
-            self._seed = self.trace_seeds[self.episodes % len(self.trace_seeds)]
-            self._view = self.sim.reset(self._seed)
-            self.episodes += 1
-        view: ClusterView = self._view
+        """Decide one slot on what the environment shows, act, and record what it showed back."""
+        view = self.env.observe()
         chooser = ExploringChooser(PolicyChooser(policy, greedy=False, rng=self.rng), self.exploration,
                                    self.explore_rng, self.enc)
         decision = run_decision(view, self.enc, chooser, record=True)
-        res = self.sim.step(decision.allocation)
-        if res.done:
-            self._view = None
-            nxt = np.zeros(self.enc.state_dim, np.float32)
-        else:
-            self._view = res.view
-            nxt = encode_window(res.view, self.enc)[0]
-        return SlotRecord(decision.steps, float(res.reward), nxt, res.done, self._seed, view.slot,
+        fb = self.env.act(decision.allocation)
+        nxt = (np.zeros(self.enc.state_dim, np.float32) if fb.view is None
+               else encode_window(fb.view, self.enc)[0])
+        return SlotRecord(decision.steps, fb.progress, nxt, fb.ended, self.env.stretch_seed, view.slot,
                           chooser.explored)

@@ -242,23 +242,42 @@ def model_card(name: str, config_path: str, run: str, rl: dict | None, sl: dict 
         lines += ["| RL | none: the supervised checkpoint is shipped as it is |"]
     else:
         lines += _rl_rows(rl, opts, policy, best)
-    lines += ["", "## What it knows", "", _knowledge(policy), "", *card_test_section(rows, test, trace_path)]
+    knows = _knowledge(policy, opts if rl is not None else None)
+    lines += ["", "## What it knows", "", knows, "", *card_test_section(rows, test, trace_path)]
     commands = reproduce(name, config_path, run, rl, sl, len(test), trace_path, placer)
     lines += ["", "## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(lines)
 
 
-def _knowledge(policy: dict) -> str:
-    """What the policy decides from and where it was trained (the card's "What it knows")."""
+def _knowledge(policy: dict, rl_opts: dict | None = None) -> str:
+    """What the policy decides from and where it was trained (the card's "What it knows"); ``rl_opts``: the
+    RL run's options, when one was shipped."""
     features = policy.get("shape", {}).get("profile_features", False)
     sees = ("It decides from the view (declared epochs, each job's observed speeds, the previous deployment) "
             + ("and the operator's profile (profile features: no job-type identity)." if features else
                "and a one-hot of the job type."))
+    if rl_opts is not None and learned_online(policy, rl_opts):
+        warm = (" (its supervised warm start ran the teacher in the operator's world)."
+                if policy.get("train_world", "truth") == "operator" else ".")
+        return (sees + " Its RL learned online from its own cluster through the live agent's interface "
+                "(act, observe, reward): the simulator stood in for the live cluster and the learner read "
+                "nothing but what the cluster showed" + warm
+                + " Checkpoints were chosen on validation traces of the true simulator.")
     if policy.get("train_world", "truth") == "operator":
         return (sees + " It was trained in the operator's world — the operator's profile in place of the "
                 "simulator's true speeds — so no weight has seen the truth; checkpoints were chosen on "
                 "validation traces of the true simulator.")
     return sees + " It was trained in the simulator's true world (its weights have seen the true speeds)."
+
+
+def learned_online(policy: dict, rl_opts: dict) -> bool:
+    """Whether an RL run (its ``options`` and its config's ``policy``) learned from its own cluster: an
+    on-policy algorithm with ``policy.experience: cluster`` (runs from before that option: in a twin)."""
+    from dl2ray.learn.records import ALGORITHMS
+
+    algo = ALGORITHMS.get(str(rl_opts.get("algo", "paper")))
+    on_policy = algo is not None and not algo.counterfactual and not algo.rollout_labels
+    return on_policy and policy.get("experience", "twin") == "cluster"
 
 
 def _test_table(rows: list[dict]) -> list[str]:

@@ -11,6 +11,7 @@ import pytest
 from support import run_cli, small_config
 
 from dl2ray import seeds
+from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.records import RLOptions
 from dl2ray.learn.rl import Trainer
@@ -35,7 +36,8 @@ ENC = Encoding.from_config(TINY)
 
 def test_collector_records_slots_with_shared_reward_and_next_state():
     policy, _ = build_networks(ENC, TINY.policy.hidden, 0)
-    col = Collector(build_simulator(TINY), ENC, seeds.training(2), np.random.default_rng(0),
+    env = ClusterEnvironment.over_seeds(build_simulator(TINY), seeds.training(2))
+    col = Collector(env, ENC, np.random.default_rng(0),
                     JobAwareExploration(0.5, 4.0), np.random.default_rng(1))
     recs = col.collect(NumpyPolicy.from_torch(policy), min_steps=1, whole_episodes=True)
     assert recs[-1].terminal and not any(r.terminal for r in recs[:-1])
@@ -123,17 +125,17 @@ def test_cli_train_rl_user_errors(capsys, tmp_path):
     assert code != 0 and "missing.pt" in err
 
 
-@pytest.mark.parametrize("config, missing", [("testbed-clairvoyant.yaml", "surfaces.json"),
-                                             ("testbed.yaml", "profile missing")])
-def test_cli_train_rl_without_speed_surfaces_or_profile_exits_2(capsys, tmp_path, config, missing):
-    """A config whose speed.surfaces directory has no surfaces.json, or whose operator profile is missing:
-    one line, exit 2, no traceback."""
+@pytest.mark.parametrize("config, algo, missing", [("testbed-clairvoyant.yaml", "paper", "surfaces.json"),
+                                                   ("testbed.yaml", "counterfactual", "profile missing")])
+def test_cli_train_rl_without_speed_surfaces_or_profile_exits_2(capsys, tmp_path, config, algo, missing):
+    """A config whose speed.surfaces directory has no surfaces.json, or whose operator profile is missing
+    (a learner in the operator's twin needs it): one line, exit 2, no traceback."""
     from support import CONFIGS
 
     text = (CONFIGS / config).read_text(encoding="utf-8")
     cfg = tmp_path / "t.yaml"
     cfg.write_text(text.replace("jobtypes: jobtypes.yaml", f"jobtypes: {CONFIGS / 'jobtypes.yaml'}"),
                    encoding="utf-8")
-    code, _, err = run_cli(capsys, "train", "rl", "--config", str(cfg), "--updates", "1",
+    code, _, err = run_cli(capsys, "train", "rl", "--config", str(cfg), "--updates", "1", "--algo", algo,
                            "--out", str(tmp_path / "x.pt"))
     assert code == 2 and missing in err and "Traceback" not in err

@@ -11,11 +11,12 @@ import pytest
 import torch
 from support import run_cli, tiny_shape_config
 
+from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn import seeds
 from dl2ray.learn.records import MixRow, RLOptions, update_record
 from dl2ray.learn.shape.counterfactual import CounterfactualCollector, improve_policy
 from dl2ray.learn.shape.mix import mix_update
-from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value
+from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, environments
 from dl2ray.learn.train import train_rl
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet, build_shape_policy
@@ -31,8 +32,8 @@ def _experience(net: ShapePolicyNet):
     cf = CounterfactualCollector([build_simulator(TINY) for _ in range(2)], ENC, seeds.training(3),
                                  np.random.default_rng(4), s.horizon, s.gamma, s.jobs_per_slot, s.samples,
                                  s.uniform, s.temperature)
-    pg = OnPolicyCollector([build_simulator(TINY, world="operator")], ENC, lambda k: (1_000_000 + k, None),
-                           np.random.default_rng(0), "slot")
+    env = ClusterEnvironment(build_simulator(TINY, world="operator"), lambda k: (1_000_000 + k, None))
+    pg = OnPolicyCollector(environments([env]), ENC, np.random.default_rng(0), "slot")
     policy = NumpyShapePolicy(net)
     return cf.collect(policy, 6), pg.collect(policy, 2)
 

@@ -10,8 +10,9 @@ import pytest
 import torch
 from support import run_cli, tiny_shape_config
 
+from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn.records import PolicyGradientRow, RLOptions, update_record
-from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, pg_update
+from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, environments, pg_update
 from dl2ray.learn.train import train_rl
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
@@ -23,7 +24,8 @@ ENC = ShapeEncoding.from_config(TINY)
 
 def _collector(credit: str, seed: int = 0) -> OnPolicyCollector:
     sims = [build_simulator(TINY, world="operator")]
-    return OnPolicyCollector(sims, ENC, lambda k: (1_000_000 + k, None), np.random.default_rng(seed), credit)
+    envs = [ClusterEnvironment(sim, lambda k: (1_000_000 + k, None)) for sim in sims]
+    return OnPolicyCollector(environments(envs), ENC, np.random.default_rng(seed), credit)
 
 
 def test_credit_by_hand() -> None:

@@ -4,10 +4,13 @@ The counterfactual learner (:mod:`dl2ray.learn.shape.counterfactual`) measures o
 re-simulating the slot; this one is the classic alternative issue 22 names: learn from the episodes
 the *sampled* policy plays, crediting each job's choice with a return and a learned baseline.
 
-**Collection** (:class:`OnPolicyCollector`): ``policy.shape.envs`` whole episodes per update in the
-learner's twin (the same :class:`~dl2ray.learn.shape.twin.TwinExperience` simulators and episode source as
-the counterfactual learner: operator-world episodes of the config, or replays of what the cluster
-showed), every slot decided by :func:`~dl2ray.policy.shape.decide_shapes` with ``rng``: each job's
+**Collection** (:class:`OnPolicyCollector`): ``policy.shape.envs`` whole stretches per update through
+the environment interface (:class:`~dl2ray.envs.cluster_env.ClusterEnvironment`: act, observe, reward),
+on the learner's own cluster (``policy.experience: cluster``, the default: online RL, the simulator's
+truth standing in for the live cluster and never read) or in its twin (``policy.experience: twin``: the
+:class:`~dl2ray.learn.shape.twin.TwinExperience` simulators and episode source of the counterfactual
+learner, operator-world episodes of the config or replays of what the cluster showed). Every slot is
+decided by :func:`~dl2ray.policy.shape.decide_shapes` with ``rng``: each job's
 menu row is *sampled* from its policy over the rows its mask allows at its turn (Gumbel-max, on
 policy). Per slot ``t``: the jobs' rows ``x`` (n, F), the global row ``g``, the masks, the sampled
 rows, and each job's id.
@@ -38,7 +41,7 @@ Random streams: the sampled rows from the generator the learner passes (``[seed,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,13 +49,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn.actor_critic import masked_entropy
 from dl2ray.learn.records import PolicyGradientRow
-from dl2ray.learn.shape.counterfactual import EpisodeSource, job_reward
 from dl2ray.learn.shape.sl import PaddedSlots, SlotSample, masked_job_logits
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
-from dl2ray.sim import Simulator
 from dl2ray.view import Allocation
 
 Credit = Literal["job", "slot"]
@@ -70,29 +72,51 @@ class Played:
     episodes: int
 
 
-class OnPolicyCollector:
-    """Whole episodes of the sampled policy on ``sims`` (round-robin), from ``source`` (module docstring)."""
+EnvironmentOf = Callable[[int], ClusterEnvironment]
+"""Stretch ``k`` → the environment it plays on (:class:`OnPolicyCollector`)."""
 
-    def __init__(self, sims: Sequence[Simulator], enc: ShapeEncoding, source: EpisodeSource,
-                 rng: np.random.Generator, credit: Credit = "job", start_episode: int = 0) -> None:
+
+def environments(envs: Sequence[ClusterEnvironment]) -> EnvironmentOf:
+    """Stretch ``k`` on ``envs[k mod n]`` (each replays its own source's stretch ``k``): one environment,
+    the learner's own cluster, or side-by-side twin simulators behind the environment interface."""
+
+    def env_of(k: int) -> ClusterEnvironment:
+        env = envs[k % len(envs)]
+        env.stretches = k  # its next stretch is this one
+        return env
+
+    return env_of
+
+
+class OnPolicyCollector:
+    """Whole stretches of the sampled policy through the environment interface (module docstring).
+
+    ``env_of(k)`` is the environment stretch ``k`` plays on: the learner's own cluster
+    (``policy.experience: cluster``, one :class:`~dl2ray.envs.cluster_env.ClusterEnvironment` for every
+    stretch) or its twin (:func:`environments`). Only ``observe`` and ``act`` are called; the credit
+    comes from what the environment showed (who was in each slot, when each job finished)."""
+
+    def __init__(self, env_of: EnvironmentOf, enc: ShapeEncoding, rng: np.random.Generator,
+                 credit: Credit = "job", start_episode: int = 0) -> None:
         if credit not in ("job", "slot"):
             raise ValueError(f"credit: {credit!r}: known: job, slot")
-        self.sims, self.enc, self.source, self.rng, self.credit = list(sims), enc, source, rng, credit
+        self.env_of, self.enc, self.rng, self.credit = env_of, enc, rng, credit
         self.episodes = start_episode
 
     def collect(self, policy: NumpyShapePolicy, episodes: int) -> Played:
         out = Played([], [], 0.0, 0)
         rewards: list[float] = []
-        for k in range(episodes):
-            rewards += self._episode(self.sims[k % len(self.sims)], policy, out)
+        for _ in range(episodes):
+            rewards += self._episode(self.env_of(self.episodes), policy, out)
         out.reward = float(np.mean(rewards)) if rewards else 0.0
         return out
 
-    def _episode(self, sim: Simulator, policy: NumpyShapePolicy, out: Played) -> list[float]:
-        view = sim.reset(*self.source(self.episodes))
+    def _episode(self, env: ClusterEnvironment, policy: NumpyShapePolicy, out: Played) -> list[float]:
+        view = env.observe()
         self.episodes += 1
         out.episodes += 1
         present: list[tuple[int, list[int]]] = []  # (slot, job ids) of every slot, decided or not
+        end: dict[int, float] = {}  # job id -> the slot-time it finished, as the cluster reported it
         rewards = []
         while True:
             ids = [j.job_id for j in view.jobs]
@@ -104,13 +128,14 @@ class OnPolicyCollector:
                 alloc = d.allocation
             else:
                 alloc = Allocation.empty()
-            res = sim.step(alloc)
-            rewards.append(job_reward(sim, view))
-            if res.done:
+            fb = env.act(alloc)
+            end.update(fb.finished)
+            rewards.append(-fb.in_system)
+            if fb.view is None:
+                last = float(fb.slot + 1)
                 break
-            view = res.view
-        last = float(sim.slot)
-        end = {j: min(t, last) for j, t in sim.result.end_time.items()}
+            view = fb.view
+        end = {j: min(t, last) for j, t in end.items()}
         seen = [(t, ids) for t, ids in present if ids]  # the slots with a decision, in out.slots' order
         out.credit += self._credit(seen, present, end, last)
         return rewards

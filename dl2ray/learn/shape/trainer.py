@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from dl2ray.config import ExperimentConfig
+from dl2ray.envs.cluster_env import ClusterEnvironment, learning_environment
 from dl2ray.learn import seeds as seedsets
 from dl2ray.learn.records import (
     CounterfactualRow,
@@ -47,7 +48,7 @@ from dl2ray.learn.records import (
 )
 from dl2ray.learn.shape.counterfactual import Collected, improve_policy
 from dl2ray.learn.shape.mix import mix_update
-from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, pg_update
+from dl2ray.learn.shape.pg import EnvironmentOf, OnPolicyCollector, build_job_value, environments, pg_update
 from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.learn.validation import validation_row
 from dl2ray.policy.network import CheckpointError
@@ -87,25 +88,38 @@ class ShapeTrainer:
             self.policy = load_shape_checkpoint(init, expect=self.enc, decoding="config").policy
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
         self.sample_rng = np.random.default_rng([seed, 1])
-        self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)
-        self.collector = self.experience.collector
         self.algorithm = algorithm(opts.algo)
+        # the twin: where the tries of a counterfactual learner run, and an on-policy learner's in twin mode
+        # (an online pg learner has none: it plays on its own cluster alone)
+        self.experience: TwinExperience | None = None
+        if self.algorithm.counterfactual or cfg.policy.experience == "twin":
+            self.experience = TwinExperience(cfg, seedsets.training(opts.traces), self.sample_rng, opts.twin)
         self.pg: OnPolicyCollector | None = None
-        if self.algorithm.on_policy:  # on-policy per-job policy gradient in the same twin, own baseline
-            # pg plays on the collector's simulators (it has no tries); mix needs its own beside the tries'
-            sims = self.experience.simulators() if self.algorithm.counterfactual else self.collector.sims
-            self.pg = OnPolicyCollector(sims, self.enc, self.collector.source, self.sample_rng, opts.credit)
+        if self.algorithm.on_policy:  # on-policy per-job policy gradient, own baseline
+            self.pg = OnPolicyCollector(self._on_policy_environments(), self.enc, self.sample_rng,
+                                        opts.credit)
             self.value = build_job_value(self.enc, s.head, seed)
             self.value_opt = torch.optim.Adam(self.value.parameters(), lr=s.lr)
         self.updates = 0
         self.val_seeds = seedsets.validation(opts.val_traces)
         self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
 
+    def _on_policy_environments(self) -> EnvironmentOf:
+        """``policy.experience: cluster``: the learner's own cluster (online); ``twin``: the twin's simulators
+        (pg plays on the collector's; mix needs its own beside the tries')."""
+        if self.cfg.policy.experience == "cluster":
+            return environments([learning_environment(self.cfg, seedsets.training(self.opts.traces))])
+        assert self.experience is not None
+        collector = self.experience.collector
+        sims = self.experience.simulators() if self.algorithm.counterfactual else collector.sims
+        return environments([ClusterEnvironment(sim, collector.source) for sim in sims])
+
     @property
     def episodes(self) -> int:
         if self.pg is not None and not self.algorithm.counterfactual:
             return self.pg.episodes
-        return self.collector.episodes
+        assert self.experience is not None
+        return self.experience.collector.episodes
 
     def update(self) -> CounterfactualRow | PolicyGradientRow | MixRow:
         """Collect one update's experience (greedy episodes and counterfactual rollouts; ``pg``: episodes
@@ -115,17 +129,20 @@ class ShapeTrainer:
         row: CounterfactualRow | PolicyGradientRow | MixRow
         control = self.sample_rng if self.opts.zero_advantage else None
         if self.pg is not None and self.algorithm.counterfactual:
+            assert self.experience is not None
             tries = self.experience.collect(policy)
             played = self.pg.collect(policy, self.cfg.policy.shape.envs)
             row = mix_update(self.policy, self.value, self.opt, self.value_opt, tries, played,
                              self.cfg.policy.shape, self.opts.mix_weight, self.updates, control)
         elif self.pg is not None:
-            self.experience.observe_if_due(policy)
+            if self.experience is not None:
+                self.experience.observe_if_due(policy)
             s = self.cfg.policy.shape
             played = self.pg.collect(policy, s.envs)
             row = pg_update(self.policy, self.value, self.opt, self.value_opt, played, s.epochs, s.trust,
                             s.entropy_weight, self.updates, control)
         else:
+            assert self.experience is not None
             data = self.experience.collect(policy)
             row = counterfactual_update(self.policy, self.opt, data, self.cfg, control, self.updates)
         self.result.history.append(row)
@@ -153,7 +170,8 @@ class ShapeTrainer:
         self.policy.load_state_dict(ckpt.policy.state_dict())
         self.opt.load_state_dict(ex["optimizer"])
         self.updates = int(ex["updates"])
-        self.collector.episodes = int(ex["episodes"])
+        if self.experience is not None:
+            self.experience.collector.episodes = int(ex["episodes"])
         if self.pg is not None:
             self.pg.episodes = int(ex.get("pg_episodes", ex["episodes"]))
             if "value" not in ex:

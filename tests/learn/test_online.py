@@ -1,0 +1,153 @@
+"""Online learners touch their cluster only through the live agent's interface (issue 37).
+
+Every online learner — the paper's actor-critic, the shape policy's on-policy gradient, alone and as an
+A3C agent — runs here with an environment that answers ``observe`` and ``act`` and nothing else (any other
+attribute raises), while the simulator's rewind (``snapshot``/``restore``) raises and every simulator built
+during an update is counted: the updates must go through, and from nothing but that interface.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import small_config, tiny_shape_config
+
+from dl2ray.envs.cluster_env import ClusterEnvironment, Feedback, learning_environment
+from dl2ray.learn.records import RLOptions
+from dl2ray.sim import Simulator
+from dl2ray.view import Allocation
+
+PAPER = small_config(
+    cluster={"nodes": [{"count": 3, "cpu": 8, "gpu": 2, "mem": 48}]},
+    workload={"num_jobs": 5, "arrivals": {"pattern": "poisson", "rate": 1.0, "max_per_slot": 2},
+              "epoch_error": 0.2},
+    speed={"job_deviation": 0.2},
+    policy={"window": 6, "hidden": [32], "minibatch": 32, "replay_size": 256},
+    sim={"max_slots": 150},
+)
+SHAPE = tiny_shape_config()
+INTERFACE = ("observe", "act", "stretches", "stretch_seed")
+
+
+class Sealed:
+    """An environment that answers the live interface alone and counts the calls."""
+
+    def __init__(self, env: ClusterEnvironment) -> None:
+        object.__setattr__(self, "_env", env)
+        object.__setattr__(self, "calls", {"observe": 0, "act": 0})
+
+    def __getattr__(self, name: str):
+        if name not in INTERFACE:
+            raise AssertionError(f"the learner reached past the interface: {name}")
+        if name in self.calls:
+            self.calls[name] += 1
+        return getattr(self._env, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name != "stretches":
+            raise AssertionError(f"the learner set {name} on its environment")
+        setattr(self._env, name, value)
+
+
+@pytest.fixture
+def sealed(monkeypatch):
+    """Every learning environment sealed; simulator rewinds raise; simulators built are counted."""
+    made: list[Sealed] = []
+    built: list[str] = []
+
+    def sealed_env(cfg, seeds, first=0):
+        env = Sealed(learning_environment(cfg, seeds, first))
+        made.append(env)
+        return env
+
+    import dl2ray.learn.rl as rl
+    import dl2ray.learn.shape.trainer as shape_trainer
+    import dl2ray.world as world
+
+    for mod in (rl, shape_trainer):
+        monkeypatch.setattr(mod, "learning_environment", sealed_env)
+
+    def no_rewind(*_a, **_k):
+        raise AssertionError("an online learner rewound its cluster")
+
+    monkeypatch.setattr(Simulator, "snapshot", no_rewind)
+    monkeypatch.setattr(Simulator, "restore", no_rewind)
+    real = world.build_simulator
+
+    def counted(cfg, *a, **k):
+        built.append(k.get("world", "truth"))
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(world, "build_simulator", counted)
+    return made, built
+
+
+@pytest.mark.parametrize("algo, cfg", [("paper", PAPER), ("pg", SHAPE)])
+def test_an_online_run_touches_its_cluster_only_through_observe_and_act(sealed, algo, cfg) -> None:
+    made, built = sealed
+    opts = RLOptions(algo=algo, traces=2, val_traces=1, val_every=100, replay=False)  # type: ignore[arg-type]
+    if algo == "pg":
+        from dl2ray.learn.shape.trainer import ShapeTrainer
+
+        trainer = ShapeTrainer(cfg, None, 0, opts)
+    else:
+        from dl2ray.learn.rl import Trainer
+
+        trainer = Trainer(cfg, None, 0, opts)
+    assert len(made) == 1 and trainer.episodes == 0
+    before = len(built)
+    for _ in range(2):
+        trainer.update()
+    assert len(built) == before, "an update built a simulator of its own (a model of the cluster)"
+    env = made[0]
+    assert env.calls["act"] > 0 and env.calls["observe"] > 0
+    assert trainer.episodes >= 1
+
+
+def test_the_a3c_agents_online_step_uses_the_interface_alone(sealed, monkeypatch) -> None:
+    """The shape policy's A3C agent (``--algo pg --agents N``) computes its pushes the same way."""
+    import clusters.a3c.local as local
+    from clusters.a3c.weights import params_vector
+
+    made, _ = sealed
+    monkeypatch.setattr(local, "learning_environment", lambda cfg, seeds, first=0: (
+        made.append(Sealed(ClusterEnvironment.over_seeds(Simulator(cfg, _truth(cfg)), seeds))) or made[-1]))
+    step = local.local_learner(SHAPE, [11, 12], 0, [0, 0], local.LocalSettings(algo="pg"))
+    assert isinstance(step, local.OnPolicyStep)
+    step.take(params_vector(step.policy, None))
+    push = step.compute(0)
+    assert made[-1].calls["act"] > 0 and push.slots > 0 and np.abs(push.grad).sum() > 0
+
+
+def _truth(cfg):
+    from dl2ray.world import speed_model
+
+    return speed_model(cfg, "truth")
+
+
+def test_feedback_is_what_the_cluster_showed() -> None:
+    """A stretch of one job on an idle cluster: it runs, reports progress over its declared epochs, and
+    finishes; the feedback's job-slots add up to its JCT, and the next observe starts the next stretch."""
+    from dl2ray.schedulers.drf import DRF
+    from dl2ray.world import build_simulator
+
+    env = ClusterEnvironment.over_seeds(build_simulator(PAPER), [5, 6])
+    total, finished, ended = 0.0, {}, False
+    view = env.observe()
+    assert env.stretches == 1 and env.stretch_seed == 5
+    while not ended:
+        fb: Feedback = env.act(DRF().decide(view) if view.jobs else Allocation.empty())
+        total += fb.in_system
+        finished.update(fb.finished)
+        assert fb.progress >= 0 and (fb.view is None) == fb.ended
+        ended = fb.ended
+        if fb.view is not None:
+            view = fb.view
+    sim = build_simulator(PAPER)
+    from dl2ray.sim import run_episode
+
+    truth = run_episode(sim, DRF(), 5)
+    assert finished == pytest.approx(truth.end_time)
+    assert total == pytest.approx(sum(truth.end_time[j] - truth.arrival[j] for j in truth.end_time))
+    env.observe()
+    assert env.stretches == 2 and env.stretch_seed == 6
