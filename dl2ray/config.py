@@ -379,7 +379,7 @@ class GangConfig(_Frozen):
 
     Jobs have a fixed size (``JobSpec.workers``/``ps``) and run with exactly it or not at all; a running
     job keeps its nodes until it completes. ``workload: philly`` draws all-reduce jobs (GPU count and
-    duration) from the Philly CSV (:mod:`dl2ray.gang_trace`); ``synthetic`` draws
+    duration) from the Philly CSV (:mod:`dl2ray.gang.trace`); ``synthetic`` draws
     ``cfg.workload`` and gives every job ``U{min_tasks..max_tasks}`` workers and PS.
     """
 

@@ -61,11 +61,11 @@ def build_simulator(
     variation, interference, change cost, epoch error) — the operator's model
     of its cluster, in which the shipped DL2 policies are trained, so no weight
     of theirs has seen the truth. A config with a ``gang`` group gets the
-    non-preemptive gang-mode simulator (:class:`dl2ray.gang.GangSimulator`, a
+    non-preemptive gang-mode simulator (:class:`dl2ray.gang.sim.GangSimulator`, a
     :class:`Simulator` with the same reset/step).
     """
     if cfg.gang is not None:
-        from dl2ray.gang import GangSimulator
+        from dl2ray.gang.sim import GangSimulator
 
         return GangSimulator(cfg, speed_model(cfg, world), trace, record_events)
     return Simulator(cfg, speed_model(cfg, world), trace, record_events)
