@@ -19,7 +19,7 @@ _SPEED_MODELS: dict[tuple, SpeedModel] = {}
 
 World = Literal["truth", "operator"]
 """Which speeds a simulator runs on: the simulator's true surfaces (every evaluation), or the operator's
-profile (:mod:`dl2ray.profile`) — the world a deployable learner trains in."""
+profile (:mod:`dl2ray.knowledge.profile`) — the world a deployable learner trains in."""
 
 
 def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
@@ -36,7 +36,7 @@ def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
         key = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
                cfg.speed.placement_aware, *place_key)
         if key not in _SPEED_MODELS:
-            from dl2ray.profile import config_profile
+            from dl2ray.knowledge.profile import config_profile
 
             _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, config_profile(cfg).surfaces(), "measured",
                                             cfg.speed.placement_aware, placement)

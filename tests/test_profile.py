@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support import CONFIGS, run_cli, small_config
 
-from dl2ray.profile import (
+from dl2ray.knowledge.profile import (
     DEFAULT_POINTS,
     ProfileError,
     config_profile,

@@ -1,7 +1,7 @@
 """Planner: greedy allocation on *profiled* speeds — the strong, deployable teacher of DL2's warm start.
 
 A cluster that profiles its job types (``dl2ray profile``: each type measured
-at a few ``(PS, workers)`` points, with error; :mod:`dl2ray.profile`) can plan
+at a few ``(PS, workers)`` points, with error; :mod:`dl2ray.knowledge.profile`) can plan
 with that profile instead of learning speeds online as Optimus does. The
 ``planner`` reads only the operator's profile (the config's ``profile:``) and
 the view (declared epochs), never the simulator: per-job speed deviations,
@@ -51,7 +51,7 @@ Cost = Callable[[int, int, int], float]
 def operator_cost(cfg, path: str | None = None) -> Cost:
     """Seconds per epoch per ``(type_index, ps, workers)`` from the operator's profile: the file ``path``
     (``planner:FILE``), else the config's ``profile:``."""
-    from dl2ray.profile import config_profile, load_profile
+    from dl2ray.knowledge.profile import config_profile, load_profile
 
     if path:
         prof = load_profile(path)

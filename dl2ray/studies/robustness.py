@@ -56,7 +56,7 @@ def with_setting(cfg: ExperimentConfig, study: str, value: float) -> ExperimentC
 def reprofiled(cfg: ExperimentConfig, out: Path, seed: int) -> ExperimentConfig:
     """``cfg`` with its operator profile measured again on its own world (same points, seed and fit as
     the shipped profile records), written to the file ``out``."""
-    from dl2ray.profile import DEFAULT_POINTS, config_profile, fit_profile, measure, save_profile
+    from dl2ray.knowledge.profile import DEFAULT_POINTS, config_profile, fit_profile, measure, save_profile
 
     shipped = config_profile(cfg)
     points = tuple(tuple(p) for p in shipped.source.get("points", DEFAULT_POINTS))
