@@ -107,7 +107,7 @@ class StepResult:
 
 @dataclass
 class RunResult:
-    """Everything measured over one run; see :mod:`dl2ray.metrics` for summaries.
+    """Everything measured over one run; see :mod:`dl2ray.evaluation.metrics` for summaries.
 
     Times are in slots (fractional); ``gpu_util``/``cpu_util`` are per slot
     fractions of cluster capacity held by allocated tasks.

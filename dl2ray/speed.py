@@ -316,8 +316,8 @@ class PlacementModel:
     all but ``serial · min(x_n, y_n)``; both phases cost the same, so
     ``comm = max_n 2 (max(x_n, y_n) + serial · min(x_n, y_n))``. ``duplex`` = 1, ``serial`` = 0 is the
     analytic model again. Either way a node's cost depends only on its own ``(w_n, p_n)`` and the job's
-    totals (what :func:`dl2ray.references.best_layout_time`'s search needs), and the iteration time is
-    ``compute_s + comm`` (seconds; sizes in MB, rates in MB/s).
+    totals (what :func:`dl2ray.evaluation.references.best_layout_time`'s search needs), and the iteration
+    time is ``compute_s + comm`` (seconds; sizes in MB, rates in MB/s).
     """
 
     kind: PlacementKind = "analytic"

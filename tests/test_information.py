@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from support import small_config
 
-from dl2ray.comparison import Comparison, RunOutcome
+from dl2ray.evaluation.comparison import Comparison, RunOutcome
 from dl2ray.sim import Change, Simulator, _train
 from dl2ray.speed import (
     SpeedModel,

@@ -67,7 +67,7 @@ def simulate(
     placement: PlacementOpt = None,
 ) -> None:
     """Run one scheduler on one trace and print its metrics."""
-    from dl2ray.comparison import RunSpec, run_one
+    from dl2ray.evaluation.comparison import RunSpec, run_one
     from dl2ray.sim import write_events
 
     cfg = _config(config, placement)
@@ -75,7 +75,7 @@ def simulate(
     outcome = run_one(cfg, RunSpec(scheduler, seed), _trace(trace, cfg), keep_result=events is not None)
     if events is not None and outcome.result is not None:
         write_events(str(events), outcome.result)
-    from dl2ray.report import dumps
+    from dl2ray.evaluation.report import dumps
 
     for line in _unfinished(outcome.metrics, cfg, scheduler):
         typer.echo(line, err=True)
@@ -119,7 +119,7 @@ def compare(
     placement: PlacementOpt = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
-    from dl2ray import comparison, report
+    from dl2ray.evaluation import comparison, report
 
     cfg = _config(config, placement)
     if requested_bundles is not None:
@@ -191,7 +191,7 @@ def _write_outputs(out: Path, doc: dict, comp) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dl2ray.report import dumps
+    from dl2ray.evaluation.report import dumps
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -58,8 +58,8 @@ from gymnasium import spaces
 from dl2ray.allocation import Allocation
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.dl2_env import episode_settings, start_trace, step_slot
+from dl2ray.evaluation.metrics import summarize_run
 from dl2ray.knowledge.hidden import operator_config
-from dl2ray.metrics import summarize_run
 from dl2ray.policy.shape import WAIT, ShapeDecision, ShapeEncoding, cap_mask, decide_shapes, job_features
 from dl2ray.view import ClusterView
 

@@ -88,7 +88,7 @@ def test_learned_scheduler_invariants_and_determinism(sched2_cfg, seed):
 
 
 def test_train_writes_a_checkpoint_that_compare_can_load(sched2_cfg, tmp_path):
-    from dl2ray.comparison import RunSpec, run_one
+    from dl2ray.evaluation.comparison import RunSpec, run_one
     from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 25})})
