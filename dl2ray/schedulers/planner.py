@@ -18,7 +18,7 @@ Per decision, for job ``j`` of type ``t`` with ``p`` PS and ``w`` workers and
 
 1. jobs in order of remaining time at one bundle, ``R_j·c_t(1, 1)`` (shortest
    first; ties: arrival, id), get one worker + one PS while they fit;
-2. then Optimus's greedy (:class:`~dl2ray.schedulers.optimus.Greedy`) with the
+2. then Optimus's greedy (:class:`~dl2ray.schedulers.optimus.scheduler.Greedy`) with the
    *relative* gain: repeatedly the one task (a worker or a PS of any job) that
    saves the largest fraction of its job's remaining time per unit of dominant
    share, ``(c_t(p, w) − c_t(p', w')) / c_t(p, w) / s``, is added, until no task
@@ -40,7 +40,7 @@ from typing import Literal
 import numpy as np
 
 from dl2ray.errors import UserError
-from dl2ray.schedulers.optimus import Greedy
+from dl2ray.schedulers.optimus.scheduler import Greedy
 from dl2ray.view import Allocation, ClusterView
 
 Profile = Literal["surfaces", "optimus-fit"]

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from dl2ray.schedulers.base import make_scheduler
-from dl2ray.schedulers.optimus import Optimus
-from dl2ray.schedulers.optimus_fit import (
+from dl2ray.schedulers.optimus.fit import (
     PRIOR_THETA,
     SpeedFit,
     convergence_epochs,
@@ -15,6 +14,7 @@ from dl2ray.schedulers.optimus_fit import (
     fit_loss_curves,
     step_time,
 )
+from dl2ray.schedulers.optimus.scheduler import Optimus
 from dl2ray.sim import Simulator, run_episode
 from dl2ray.speed import SpeedModel, fit_optimus_speed, optimus_speed
 from dl2ray.view import Observation, Tasks
