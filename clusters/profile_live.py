@@ -72,7 +72,7 @@ import numpy as np
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, load_jobspec
 from dl2ray.knowledge.profile import Fit, Profile, fit_profile, save_profile
-from dl2ray.speed import Measurement
+from dl2ray.measurements import Measurement
 from dl2ray.workload import JobCatalogue, JobType
 
 if TYPE_CHECKING:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Literal
 
 from dl2ray.config import ExperimentConfig
+from dl2ray.measurements import load_surfaces
 from dl2ray.sim import Simulator
-from dl2ray.speed import SpeedModel, config_placement, load_surfaces
+from dl2ray.speed import SpeedModel, config_placement
 from dl2ray.workload import Trace
 
 _SPEED_MODELS: dict[tuple, SpeedModel] = {}

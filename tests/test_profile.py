@@ -17,7 +17,8 @@ from dl2ray.knowledge.profile import (
     measure,
     save_profile,
 )
-from dl2ray.speed import Measurement, optimus_speed, spread_layout
+from dl2ray.measurements import Measurement, optimus_speed
+from dl2ray.speed import spread_layout
 from dl2ray.world import build_simulator, speed_model
 
 

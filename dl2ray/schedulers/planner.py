@@ -64,7 +64,7 @@ def operator_cost(cfg, path: str | None = None) -> Cost:
 def profiled_cost(cfg, profile: str = "surfaces") -> Cost:
     """Seconds per epoch per ``(type_index, ps, workers)`` from the simulator's true speed files (cached):
     the reference ``planner-truth``."""
-    from dl2ray.speed import OPTIMUS_FILE, load_surfaces, optimus_speed
+    from dl2ray.measurements import OPTIMUS_FILE, load_surfaces, optimus_speed
 
     cat = cfg.catalogue
     per_epoch = [t.batches_per_epoch for t in cat.types]

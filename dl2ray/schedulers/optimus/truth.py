@@ -25,8 +25,9 @@ unknown to it.
 from __future__ import annotations
 
 from dl2ray.errors import UserError
+from dl2ray.measurements import load_surfaces
 from dl2ray.schedulers.optimus.scheduler import Greedy
-from dl2ray.speed import SpeedModel, config_placement, load_surfaces
+from dl2ray.speed import SpeedModel, config_placement
 from dl2ray.view import Allocation, ClusterView
 
 
