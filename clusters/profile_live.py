@@ -1,7 +1,7 @@
 """The operator's profile measured on a live cluster: real elastic MXNet jobs, hot-scaled through the points.
 
 ``dl2ray profile --live JOB.yaml [--live JOB2.yaml ...]`` writes the same file
-as the simulated ``dl2ray profile`` (:mod:`dl2ray.profile`), but every point is
+as the simulated ``dl2ray profile`` (:mod:`dl2ray.knowledge.profile`), but every point is
 a measurement of a real job on this machine. For each job spec
 (:mod:`dl2ray.jobspec`):
 
@@ -45,7 +45,7 @@ time::
 
 Several specs of one type average their common points (as ``measure(runs>1)``
 does). Types no spec measured are absent from the file, and
-:meth:`dl2ray.profile.Profile.covers` refuses the profile for a config whose
+:meth:`dl2ray.knowledge.profile.Profile.covers` refuses the profile for a config whose
 catalogue needs them.
 """
 
@@ -71,8 +71,8 @@ import numpy as np
 
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, load_jobspec
-from dl2ray.profile import Fit, Profile, fit_profile, save_profile
-from dl2ray.speed import Measurement
+from dl2ray.knowledge.profile import Fit, Profile, fit_profile, save_profile
+from dl2ray.measurements import Measurement
 from dl2ray.workload import JobCatalogue, JobType
 
 if TYPE_CHECKING:
@@ -599,7 +599,7 @@ def run_cli(config: Path | None, spec_paths: Sequence[Path], out: Path, points: 
     import json
 
     from dl2ray.config import load_config
-    from dl2ray.profile import DEFAULT_POINTS
+    from dl2ray.knowledge.profile import DEFAULT_POINTS
 
     cfg = load_config(config)
     if fit not in ("optimus", "interpolate"):

@@ -131,7 +131,7 @@ class SpeedConfig(_Frozen):
     """Ground-truth speed of the simulator (see :mod:`dl2ray.speed`).
 
     Everything in this group is the simulator's truth: no deployable scheduler
-    reads it (:func:`dl2ray.knowledge.operator_config` hides it). With
+    reads it (:func:`dl2ray.knowledge.hidden.operator_config` hides it). With
     ``variation``, ``job_deviation`` and ``interference`` at 0 the speed of every
     job of a type is its type's surface: the clairvoyant world of the
     ``*-clairvoyant`` configs; docs/information.md says what the shipped
@@ -386,7 +386,7 @@ class GangConfig(_Frozen):
 
     Jobs have a fixed size (``JobSpec.workers``/``ps``) and run with exactly it or not at all; a running
     job keeps its nodes until it completes. ``workload: philly`` draws all-reduce jobs (GPU count and
-    duration) from the Philly CSV (:mod:`dl2ray.gang_trace`); ``synthetic`` draws
+    duration) from the Philly CSV (:mod:`dl2ray.gang.trace`); ``synthetic`` draws
     ``cfg.workload`` and gives every job ``U{min_tasks..max_tasks}`` workers and PS.
     """
 

@@ -107,7 +107,7 @@ class StepResult:
 
 @dataclass
 class RunResult:
-    """Everything measured over one run; see :mod:`dl2ray.metrics` for summaries.
+    """Everything measured over one run; see :mod:`dl2ray.evaluation.metrics` for summaries.
 
     Times are in slots (fractional); ``gpu_util``/``cpu_util`` are per slot
     fractions of cluster capacity held by allocated tasks.
@@ -383,7 +383,7 @@ class Simulator:
         deployment (:meth:`_deploy`, which says whether it trains), train it (:meth:`_train_slot`), count
         its slot, finish it inside the slot when its true epochs are reached, add its epochs and reward,
         keep what it observed (:meth:`_observe`) and log the event; then :meth:`_end_slot` and
-        :meth:`_close_slot`. What differs in gang mode (:class:`dl2ray.gang.GangSimulator`) lives in those
+        :meth:`_close_slot`. What differs in gang mode (:class:`dl2ray.gang.sim.GangSimulator`) lives in those
         hooks and in :meth:`_draw_slot`, which draws the slot's noise before any job trains.
         """
         slot_s = self.cfg.sim.slot_seconds

@@ -1,4 +1,7 @@
-"""Training-speed models: the simulator's ground truth and its fitted forms.
+"""Training-speed models: the simulator's ground truth and the analytic PS model of placement.
+
+The measurements and what is fitted to them (the surfaces below, Optimus's form) are
+:mod:`dl2ray.measurements`.
 
 Units: a job's *speed* is in mini-batches per second summed over its workers
 (the measurements' unit); :meth:`SpeedModel.epochs_per_second` divides by the
@@ -10,7 +13,8 @@ PS and ``w`` workers placed on nodes::
     speed = surface_t(p, w) × placement_factor_t(layout) [× variation × interference]
 
 - ``surface_t`` interpolates the testbed measurements (``dl2ray fit-speed``,
-  shipped in ``configs/speed/surfaces.json``): piecewise-linear over the
+  shipped in ``configs/speed/surfaces.json``;
+  :func:`dl2ray.measurements.interpolate_surface`): piecewise-linear over the
   measured (p, w) points, nearest-neighbour outside their hull, then made
   non-decreasing in p (one more PS never slows a job: it can stay idle).
 - ``placement_factor`` = t_ref / t_layout from the PS model below
@@ -51,7 +55,6 @@ link carry both at once; :class:`PlacementModel` states it.
 
 from __future__ import annotations
 
-import ast
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -61,193 +64,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dl2ray.errors import MissingInputError
+from dl2ray.measurements import SCHEMA_VERSION, Surface, read_versioned
 from dl2ray.workload import JobCatalogue, JobType
-
-SURFACES_FILE = "surfaces.json"
-OPTIMUS_FILE = "optimus_fit.json"
-SCHEMA_VERSION = 1
-
-
-# -- measurements ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    """One testbed run: job speed (batches/s, summed over workers) at (ps, workers)."""
-
-    model: str
-    batch_size: int
-    ps: int
-    workers: int
-    speed: float
-
-
-def parse_measurements(path: str | Path) -> list[Measurement]:
-    """Read the measurement file (one Python tuple literal per line).
-
-    All-zero records (failed runs) are dropped as missing. A malformed line
-    raises ``ValueError`` naming the line number.
-    """
-    out: list[Measurement] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = ast.literal_eval(line.strip())
-                model, _mode, batch, ps, workers, speeds = rec[:6]
-                speed = float(sum(speeds))
-                if not (isinstance(model, str) and int(ps) >= 1 and int(workers) >= 1):
-                    raise ValueError("bad model/ps/workers")
-                if len(speeds) != int(workers):
-                    raise ValueError(f"{len(speeds)} worker speeds for {workers} workers")
-            except (ValueError, SyntaxError, TypeError) as exc:
-                raise ValueError(f"{path}:{lineno}: malformed measurement: {exc}") from None
-            if speed > 0:
-                out.append(Measurement(model, int(batch), int(ps), int(workers), speed))
-    if not out:
-        raise ValueError(f"{path}: no usable measurements")
-    return out
-
-
-# -- interpolated surfaces -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Surface:
-    """Job speed of one model on the grid ps = 1..P, workers = 1..W.
-
-    ``speed[p-1, w-1]`` in batches/s; requests beyond the grid are clamped.
-    """
-
-    model: str
-    speed: np.ndarray  # shape (P, W)
-    points: int  # measured points behind it
-
-    def __call__(self, ps: int, workers: int) -> float:
-        if ps <= 0 or workers <= 0:
-            return 0.0
-        p = min(ps, self.speed.shape[0]) - 1
-        w = min(workers, self.speed.shape[1]) - 1
-        return float(self.speed[p, w])
-
-
-def interpolate_surface(model: str, points: list[Measurement]) -> Surface:
-    """Piecewise-linear surface through the measured points, monotone in PS."""
-    from scipy.interpolate import griddata
-
-    xy = np.array([(m.ps, m.workers) for m in points], dtype=np.float64)
-    z = np.array([m.speed for m in points])
-    # Average repeated runs of the same (p, w).
-    keys, inverse = np.unique(xy, axis=0, return_inverse=True)
-    zs = np.bincount(inverse.ravel(), weights=z) / np.bincount(inverse.ravel())
-    max_p, max_w = int(keys[:, 0].max()), int(keys[:, 1].max())
-    gp, gw = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_w + 1), indexing="ij")
-    grid = np.stack([gp.ravel(), gw.ravel()], axis=1).astype(np.float64)
-    if len(keys) >= 3 and np.linalg.matrix_rank(keys - keys.mean(0)) == 2:
-        lin = griddata(keys, zs, grid, method="linear")
-    else:
-        lin = np.full(len(grid), np.nan)
-    near = griddata(keys, zs, grid, method="nearest")
-    surface = np.where(np.isnan(lin), near, lin).reshape(max_p, max_w)
-    surface = np.maximum.accumulate(surface, axis=0)
-    return Surface(model, surface, len(points))
-
-
-def fit_surfaces(measurements: list[Measurement]) -> dict[str, Surface]:
-    by_model: dict[str, list[Measurement]] = {}
-    for m in measurements:
-        by_model.setdefault(m.model, []).append(m)
-    return {name: interpolate_surface(name, pts) for name, pts in by_model.items()}
-
-
-def save_surfaces(surfaces: dict[str, Surface], out_dir: str | Path, source: str) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "unit": "mini-batches per second, summed over workers",
-        "grid": "speed[ps-1][workers-1]",
-        "source": source,
-        "models": {
-            name: {"points": s.points, "speed": np.round(s.speed, 4).tolist()}
-            for name, s in sorted(surfaces.items())
-        },
-    }
-    path = out / SURFACES_FILE
-    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    return path
-
-
-def load_surfaces(directory: str | Path) -> dict[str, Surface]:
-    """Read ``surfaces.json`` written by :func:`save_surfaces`."""
-    path = Path(directory) / SURFACES_FILE
-    doc = _read_versioned(path, f"speed surfaces missing; run `dl2ray fit-speed FILE --out {directory}`")
-    return {
-        name: Surface(name, np.asarray(m["speed"], dtype=np.float64), int(m["points"]))
-        for name, m in doc["models"].items()
-    }
-
-
-# -- Optimus's parametric form -----------------------------------------------------------
-
-
-def optimus_features(ps: np.ndarray, workers: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Design matrix of Optimus's step time ``θ0·M/w + θ1 + θ2·w/p + θ3·w + θ4·p``.
-
-    ``M`` is the global batch (``batch × w`` samples). Shape (n, 5).
-    """
-    w = workers.astype(np.float64)
-    p = ps.astype(np.float64)
-    m = batch.astype(np.float64) * w
-    return np.stack([m / w, np.ones_like(w), w / p, w, p], axis=1)
-
-
-def fit_optimus_speed(
-    ps: np.ndarray, workers: np.ndarray, batch: np.ndarray, speed: np.ndarray
-) -> np.ndarray:
-    """Non-negative θ (shape (5,)) with step time ``w / speed`` ≈ features · θ."""
-    from scipy.optimize import nnls
-
-    a = optimus_features(ps, workers, batch)
-    theta, _ = nnls(a, workers / speed)
-    return theta
-
-
-def optimus_speed(theta: np.ndarray, ps, workers, batch) -> np.ndarray:
-    """Job speed in batches/s: ``w / step_time`` (0 where the step time is 0)."""
-    ps, workers, batch = (
-        np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (ps, workers, batch)
-    )
-    step = optimus_features(ps, workers, batch) @ theta
-    return np.where(step > 0, workers / np.maximum(step, 1e-12), 0.0)
-
-
-def fit_optimus_all(measurements: list[Measurement]) -> dict[str, dict]:
-    """Per model: θ and the mean relative error over its measured points."""
-    out: dict[str, dict] = {}
-    for name in sorted({m.model for m in measurements}):
-        pts = [m for m in measurements if m.model == name]
-        ps = np.array([m.ps for m in pts])
-        w = np.array([m.workers for m in pts])
-        b = np.array([m.batch_size for m in pts])
-        s = np.array([m.speed for m in pts])
-        theta = fit_optimus_speed(ps, w, b, s)
-        pred = optimus_speed(theta, ps, w, b)
-        out[name] = {
-            "theta": theta.tolist(),
-            "mean_rel_error": float(np.mean(np.abs(pred - s) / s)),
-            "points": len(pts),
-        }
-    return out
-
-
-def surface_rel_error(surface: Surface, points: list[Measurement]) -> float:
-    """Mean relative error of the surface at the measured points."""
-    errs = [abs(surface(m.ps, m.workers) - m.speed) / m.speed for m in points]
-    return float(np.mean(errs))
-
 
 # -- analytic placement model ------------------------------------------------------------
 
@@ -316,8 +134,8 @@ class PlacementModel:
     all but ``serial · min(x_n, y_n)``; both phases cost the same, so
     ``comm = max_n 2 (max(x_n, y_n) + serial · min(x_n, y_n))``. ``duplex`` = 1, ``serial`` = 0 is the
     analytic model again. Either way a node's cost depends only on its own ``(w_n, p_n)`` and the job's
-    totals (what :func:`dl2ray.references.best_layout_time`'s search needs), and the iteration time is
-    ``compute_s + comm`` (seconds; sizes in MB, rates in MB/s).
+    totals (what :func:`dl2ray.evaluation.references.best_layout_time`'s search needs), and the iteration
+    time is ``compute_s + comm`` (seconds; sizes in MB, rates in MB/s).
     """
 
     kind: PlacementKind = "analytic"
@@ -383,7 +201,7 @@ def save_placement(model: PlacementModel, path: str | Path, source: str, fit: di
 
 def load_placement(path: str | Path) -> PlacementModel:
     """Read a calibration written by :func:`save_placement`."""
-    doc = _read_versioned(Path(path), "placement calibration missing; fit it with "
+    doc = read_versioned(Path(path), "placement calibration missing; fit it with "
                                       "tests/bench/bench_colocation.py --fit")
     return PlacementModel(doc["kind"], float(doc["duplex"]), float(doc["serial"]))
 
@@ -597,15 +415,3 @@ def deviation_divisor(phi: float, factors: tuple[float, float]) -> float:
 def colocation_factor(others_share: float, slowdown: float) -> float:
     """Speed multiplier ``1 - slowdown × others_share`` (``others_share`` in [0, 1])."""
     return 1.0 - slowdown * min(max(others_share, 0.0), 1.0)
-
-
-def _read_versioned(path: Path, missing: str) -> dict:
-    """The JSON document at ``path`` (a file this module wrote, with ``schema_version``);
-    MissingInputError ``"{path}: {missing}"`` when there is none, ValueError for another version."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MissingInputError(f"{path}: {missing}") from None
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version must be {SCHEMA_VERSION}")
-    return doc

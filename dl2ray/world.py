@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Literal
 
 from dl2ray.config import ExperimentConfig
+from dl2ray.measurements import load_surfaces
 from dl2ray.sim import Simulator
-from dl2ray.speed import SpeedModel, config_placement, load_surfaces
+from dl2ray.speed import SpeedModel, config_placement
 from dl2ray.workload import Trace
 
 _SPEED_MODELS: dict[tuple, SpeedModel] = {}
@@ -19,7 +20,7 @@ _SPEED_MODELS: dict[tuple, SpeedModel] = {}
 
 World = Literal["truth", "operator"]
 """Which speeds a simulator runs on: the simulator's true surfaces (every evaluation), or the operator's
-profile (:mod:`dl2ray.profile`) — the world a deployable learner trains in."""
+profile (:mod:`dl2ray.knowledge.profile`) — the world a deployable learner trains in."""
 
 
 def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
@@ -36,7 +37,7 @@ def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
         key = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
                cfg.speed.placement_aware, *place_key)
         if key not in _SPEED_MODELS:
-            from dl2ray.profile import config_profile
+            from dl2ray.knowledge.profile import config_profile
 
             _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, config_profile(cfg).surfaces(), "measured",
                                             cfg.speed.placement_aware, placement)
@@ -61,11 +62,11 @@ def build_simulator(
     variation, interference, change cost, epoch error) — the operator's model
     of its cluster, in which the shipped DL2 policies are trained, so no weight
     of theirs has seen the truth. A config with a ``gang`` group gets the
-    non-preemptive gang-mode simulator (:class:`dl2ray.gang.GangSimulator`, a
+    non-preemptive gang-mode simulator (:class:`dl2ray.gang.sim.GangSimulator`, a
     :class:`Simulator` with the same reset/step).
     """
     if cfg.gang is not None:
-        from dl2ray.gang import GangSimulator
+        from dl2ray.gang.sim import GangSimulator
 
         return GangSimulator(cfg, speed_model(cfg, world), trace, record_events)
     return Simulator(cfg, speed_model(cfg, world), trace, record_events)

@@ -2,7 +2,7 @@
 checkpoints and Serve wired together; importing it starts nothing).
 
 Four modules, each testable alone: :mod:`serve.service` (the logic, no HTTP), :mod:`serve.http` (routes,
-errors, body limit, :func:`~serve.http.plain_app`), :mod:`serve.grpc_call` (the gRPC method) and this one:
+errors, body limit, :func:`~serve.http.plain_app`), :mod:`serve.grpc.call` (the gRPC method) and this one:
 :class:`DecisionService` — the service with its gRPC method (``Decide``) and Serve's ASGI hook, which
 builds the replica's app with :func:`~serve.http.plain_app` — :func:`deployment` and the application
 builder :func:`build` (``serve run serve/config.yaml``, ``dl2ray serve``).
@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from serve.grpc_call import decide_call
+from serve.grpc.call import decide_call
 from serve.http import plain_app
 from serve.service import DecisionCore, ServeSettings
 
@@ -26,7 +26,7 @@ class DecisionService(DecisionCore):
     """:class:`~serve.service.DecisionCore` as Serve deploys it: the gRPC method and the ASGI hook."""
 
     async def Decide(self, request, grpc_context=None):  # the gRPC method's name
-        """The gRPC ``Decider/Decide`` call (:func:`serve.grpc_call.decide_call`)."""
+        """The gRPC ``Decider/Decide`` call (:func:`serve.grpc.call.decide_call`)."""
         return await decide_call(self, request, grpc_context)
 
     def __serve_build_asgi_app__(self) -> FastAPI:

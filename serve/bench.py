@@ -242,7 +242,7 @@ def _announced(log: Path, proc: subprocess.Popen, timeout_s: float = 120.0) -> d
 def in_process(cfg, ckpt: Path, body: bytes, proto: bytes, repeats: int = 300) -> dict:
     """The decision alone, and the handler's steps without a network (the servers' exact code path)."""
     from serve.app import DecisionService
-    from serve.grpc_messages import request_from_proto
+    from serve.grpc.messages import request_from_proto
     from serve.proto import decide_pb2
     from serve.schemas import DecideRequest
 
@@ -295,7 +295,7 @@ def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s
     from dl2ray.config import load_config
     from serve.app import ServeSettings
     from serve.client import ServeScheduler
-    from serve.grpc_messages import request_to_proto
+    from serve.grpc.messages import request_to_proto
 
     cfg = load_config(config)
     view = busy_view(cfg, jobs, seed)

@@ -19,7 +19,7 @@ raises :class:`~dl2ray.errors.Refused` instead, for a caller with its own
 fallback (the live agent's guardrail counts it there).
 
 The messages are :mod:`serve.schemas`, converted by :mod:`serve.convert` (and
-:mod:`serve.grpc_messages` for gRPC). Observations (job histories) are sent
+:mod:`serve.grpc.messages` for gRPC). Observations (job histories) are sent
 unless the server's scheduler is ``dl2``, whose state does not read them.
 """
 
@@ -109,7 +109,7 @@ class GRPCTransport:
         self._metadata = (("application", application),) if application else ()
 
     def decide(self, req: DecideRequest) -> DecideResponse:
-        from serve.grpc_messages import request_to_proto, response_from_proto
+        from serve.grpc.messages import request_to_proto, response_from_proto
 
         try:
             out = self._stub.Decide(request_to_proto(req), timeout=self.timeout_s, metadata=self._metadata)

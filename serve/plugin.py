@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dl2ray.errors import UserError
-from dl2ray.report import emit
+from dl2ray.evaluation.report import emit
 
 if TYPE_CHECKING:
     from dl2ray.cli.commands import Plugins

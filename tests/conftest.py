@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # make `support` impor
 from support import CONFIGS, SHARED_DATA, small_config
 
 from dl2ray.config import ExperimentConfig, load_config
-from dl2ray.speed import SpeedModel, load_surfaces
+from dl2ray.measurements import load_surfaces
+from dl2ray.speed import SpeedModel
 
 __all__ = ["small_config"]
 

@@ -197,7 +197,7 @@ def test_bad_compare_options_exit_2_in_one_line(capsys, argv, message):
 
 
 def test_a_markdown_row_keeps_its_columns_when_a_cell_holds_a_pipe():
-    from dl2ray.report import markdown_table
+    from dl2ray.evaluation.report import markdown_table
 
     row = {"scheduler": "dl2:m.pt", "placement": "policy(optimus|packing)", "censored_avg_jct": 6.0,
            "censored_avg_jct_ci95": 0.5, "median_jct": 6.0, "p95_jct": 9.0, "queueing_delay": 0.0,

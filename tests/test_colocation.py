@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from dl2ray.errors import MissingInputError
+from dl2ray.measurements import load_surfaces
 from dl2ray.speed import (
     ANALYTIC_PLACEMENT,
     DEFAULT_PLACEMENT_PATH,
@@ -29,7 +30,6 @@ from dl2ray.speed import (
     fit_placement,
     layout_of,
     load_placement,
-    load_surfaces,
     placement_model,
     save_placement,
     spread_layout,

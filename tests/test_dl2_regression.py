@@ -18,8 +18,8 @@ import json
 import pytest
 from support import CONFIGS, REPO
 
-from dl2ray.comparison import RunSpec, run_one
 from dl2ray.config import load_config
+from dl2ray.evaluation.comparison import RunSpec, run_one
 
 RECORDED = json.loads((REPO / "tests/data/regression/testbed_seed3000000_jct.json").read_text())
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from support import small_config
 
-from dl2ray.comparison import Comparison, RunOutcome
+from dl2ray.evaluation.comparison import Comparison, RunOutcome
+from dl2ray.measurements import load_surfaces
 from dl2ray.sim import Change, Simulator, _train
 from dl2ray.speed import (
     SpeedModel,
@@ -15,7 +16,6 @@ from dl2ray.speed import (
     deviation_divisor,
     job_factors,
     layout_of,
-    load_surfaces,
     spread_layout,
 )
 from dl2ray.view import Allocation, JobPlacement, Tasks

@@ -2,7 +2,7 @@
 
 
 def test_censored_avg_jct_counts_unfinished_jobs_until_the_run_stopped():
-    from dl2ray.metrics import censored_avg_jct
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.sim import RunResult
 
     r = RunResult.__new__(RunResult)
@@ -14,7 +14,7 @@ def test_censored_avg_jct_counts_unfinished_jobs_until_the_run_stopped():
 
 
 def test_summary_counts_unfinished_jobs_and_reports_the_censored_average():
-    from dl2ray.metrics import summarize_run
+    from dl2ray.evaluation.metrics import summarize_run
     from dl2ray.sim import RunResult
 
     r = RunResult(1200.0, {0: 0, 1: 2, 2: 4}, {0: 3.5}, {0: 0, 1: 2}, [0.5] * 10, [0.5] * 10,
@@ -29,7 +29,7 @@ def test_json_of_a_summary_never_contains_nan():
     import json
     import math
 
-    from dl2ray.report import dumps
+    from dl2ray.evaluation.report import dumps
 
     text = dumps({"a": math.nan, "b": [1.0, math.inf, {"c": -math.inf}], "d": "x", "e": 2})
     assert json.loads(text) == {"a": None, "b": [1.0, None, {"c": None}], "d": "x", "e": 2}

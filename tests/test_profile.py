@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support import CONFIGS, run_cli, small_config
 
-from dl2ray.profile import (
+from dl2ray.knowledge.profile import (
     DEFAULT_POINTS,
     ProfileError,
     config_profile,
@@ -17,7 +17,8 @@ from dl2ray.profile import (
     measure,
     save_profile,
 )
-from dl2ray.speed import Measurement, optimus_speed, spread_layout
+from dl2ray.measurements import Measurement, optimus_speed
+from dl2ray.speed import spread_layout
 from dl2ray.world import build_simulator, speed_model
 
 

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dl2ray.config import ClusterConfig, NodeGroup
-from dl2ray.references import JobBounds, best_configs, best_layout_time, lower_bound_jcts, node_groups
+from dl2ray.evaluation.references import (
+    JobBounds,
+    best_configs,
+    best_layout_time,
+    lower_bound_jcts,
+    node_groups,
+)
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import Simulator, run_episode
 from dl2ray.speed import analytic_iteration_time, layout_of

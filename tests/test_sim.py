@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from support import small_config
 
+from dl2ray.measurements import load_surfaces
 from dl2ray.sim import AllocationError, Simulator, run_episode, write_events
-from dl2ray.speed import SpeedModel, load_surfaces
+from dl2ray.speed import SpeedModel
 from dl2ray.view import Allocation, JobPlacement, Tasks
 from dl2ray.workload import JobSpec
 

@@ -8,41 +8,35 @@ import numpy as np
 import pytest
 from support import CONFIGS
 
-from dl2ray import speed
-from dl2ray.speed import (
-    SpeedModel,
-    analytic_iteration_time,
-    fit_optimus_speed,
-    layout_of,
-    optimus_speed,
-    spread_layout,
-)
+from dl2ray import measurements
+from dl2ray.measurements import fit_optimus_speed, optimus_speed
+from dl2ray.speed import SpeedModel, analytic_iteration_time, layout_of, spread_layout
 
 
 def test_fit_on_real_measurements(measurements_file):
-    ms = speed.parse_measurements(measurements_file)
+    ms = measurements.parse_measurements(measurements_file)
     assert len(ms) == 803 - 8  # eight all-zero records are missing, not zero
-    surfaces = speed.fit_surfaces(ms)
+    surfaces = measurements.fit_surfaces(ms)
     assert set(surfaces) == {
         "resnet-50", "vgg-16", "resnext-110", "inception-bn", "seq2seq",
         "cnn-text-classification", "dssm", "wlm",
     }
     for name, surf in surfaces.items():
         pts = [m for m in ms if m.model == name]
-        assert speed.surface_rel_error(surf, pts) < 0.1, name
+        assert measurements.surface_rel_error(surf, pts) < 0.1, name
         assert (np.diff(surf.speed, axis=0) >= 0).all(), f"{name}: not monotone in PS"
         assert (surf.speed > 0).all()
-    opt = speed.fit_optimus_all(ms)
+    opt = measurements.fit_optimus_all(ms)
     for name, fit in opt.items():
         assert min(fit["theta"]) >= 0
-        assert fit["mean_rel_error"] > speed.surface_rel_error(
+        assert fit["mean_rel_error"] > measurements.surface_rel_error(
             surfaces[name], [m for m in ms if m.model == name]
         )
 
 
 def test_shipped_surfaces_are_what_fit_speed_derives(measurements_file):
-    fresh = speed.fit_surfaces(speed.parse_measurements(measurements_file))
-    shipped = speed.load_surfaces(CONFIGS / "speed")
+    fresh = measurements.fit_surfaces(measurements.parse_measurements(measurements_file))
+    shipped = measurements.load_surfaces(CONFIGS / "speed")
     for name, surf in fresh.items():
         np.testing.assert_allclose(shipped[name].speed, surf.speed, atol=1e-3)
 
@@ -51,7 +45,7 @@ def test_malformed_measurement_line_is_named(tmp_path):
     path = tmp_path / "m.txt"
     path.write_text("('resnet-50', 'dist_sync', 32, 1, 1, [15.7], [1.9], [0.5])\n(oops\n")
     with pytest.raises(ValueError, match=r"m\.txt:2: malformed"):
-        speed.parse_measurements(path)
+        measurements.parse_measurements(path)
 
 
 def test_optimus_nnls_recovers_its_own_form():
@@ -98,4 +92,4 @@ def test_analytic_model_needs_no_surfaces(testbed):
 def test_surfaces_file_schema_version_is_checked(tmp_path):
     (tmp_path / "surfaces.json").write_text(json.dumps({"schema_version": 99, "models": {}}))
     with pytest.raises(ValueError, match="schema_version"):
-        speed.load_surfaces(tmp_path)
+        measurements.load_surfaces(tmp_path)

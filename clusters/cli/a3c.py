@@ -11,7 +11,7 @@ import typer
 from clusters.runtime import start_ray
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.report import emit
+from dl2ray.evaluation.report import emit
 
 if TYPE_CHECKING:
     from collections.abc import Callable

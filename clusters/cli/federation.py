@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from dl2ray.errors import UserError
-from dl2ray.report import emit
+from dl2ray.evaluation.report import emit
 
 federation_app = typer.Typer(
     no_args_is_help=True, help="Multi-cluster federated learning: one global policy, many member clusters.")

@@ -90,7 +90,7 @@ def _train(ray, fed, indices: list[int], updates: int, seed: int, tag: str, out:
 
 
 def _jct_policy(cfg, policy, seeds: list[int]) -> list[float]:
-    from dl2ray.metrics import censored_avg_jct
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
@@ -102,7 +102,7 @@ def _jct_policy(cfg, policy, seeds: list[int]) -> list[float]:
 
 
 def _jct_heuristic(cfg, name: str, seeds: list[int]) -> list[float]:
-    from dl2ray.metrics import censored_avg_jct
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.sim import run_episode
     from dl2ray.world import build_simulator
@@ -118,7 +118,7 @@ HEURISTICS = ("fifo", "srtf", "drf", "tetris", "optimus", "planner")
 def _paired(a: list[list[float]], b: list[list[float]] | list[float]) -> dict[str, Any]:
     """Per-(seed, trace) ratios ``a/b`` (``b`` per seed, or one list for every seed): mean ± 95 % CI, and
     each seed's mean ratio."""
-    from dl2ray.metrics import mean_ci95
+    from dl2ray.evaluation.metrics import mean_ci95
 
     per_seed = []
     pooled: list[float] = []

@@ -15,7 +15,7 @@ import typer
 
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
-from dl2ray.report import emit
+from dl2ray.evaluation.report import emit
 from dl2ray.view import ClusterView, JobView, Observation
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)

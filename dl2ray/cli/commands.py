@@ -67,7 +67,7 @@ def simulate(
     placement: PlacementOpt = None,
 ) -> None:
     """Run one scheduler on one trace and print its metrics."""
-    from dl2ray.comparison import RunSpec, run_one
+    from dl2ray.evaluation.comparison import RunSpec, run_one
     from dl2ray.sim import write_events
 
     cfg = _config(config, placement)
@@ -75,7 +75,7 @@ def simulate(
     outcome = run_one(cfg, RunSpec(scheduler, seed), _trace(trace, cfg), keep_result=events is not None)
     if events is not None and outcome.result is not None:
         write_events(str(events), outcome.result)
-    from dl2ray.report import dumps
+    from dl2ray.evaluation.report import dumps
 
     for line in _unfinished(outcome.metrics, cfg, scheduler):
         typer.echo(line, err=True)
@@ -119,7 +119,7 @@ def compare(
     placement: PlacementOpt = None,
 ) -> None:
     """Run every scheduler on the same traces; table (or JSON) of mean ± 95% CI."""
-    from dl2ray import comparison, report
+    from dl2ray.evaluation import comparison, report
 
     cfg = _config(config, placement)
     if requested_bundles is not None:
@@ -191,7 +191,7 @@ def _write_outputs(out: Path, doc: dict, comp) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dl2ray.report import dumps
+    from dl2ray.evaluation.report import dumps
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -210,28 +210,28 @@ def fit_speed(
     json_out: JsonOpt = False,
 ) -> None:
     """Derive the speed surfaces (and Optimus's fitted form, for comparison)."""
-    from dl2ray import speed
+    from dl2ray import measurements as measured
 
     try:
-        ms = speed.parse_measurements(measurements)
+        ms = measured.parse_measurements(measurements)
     except FileNotFoundError:
         raise UserError(f"{measurements}: no such file") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    surfaces = speed.fit_surfaces(ms)
-    speed.save_surfaces(surfaces, out, source=f"{measurements.name} ({len(ms)} usable records)")
-    optimus = speed.fit_optimus_all(ms)
+    surfaces = measured.fit_surfaces(ms)
+    measured.save_surfaces(surfaces, out, source=f"{measurements.name} ({len(ms)} usable records)")
+    optimus = measured.fit_optimus_all(ms)
     rows = []
     for name, surf in sorted(surfaces.items()):
         pts = [m for m in ms if m.model == name]
         rows.append({
             "model": name, "points": len(pts),
-            "surface_rel_error": speed.surface_rel_error(surf, pts),
+            "surface_rel_error": measured.surface_rel_error(surf, pts),
             "optimus_rel_error": optimus[name]["mean_rel_error"],
             "optimus_theta": optimus[name]["theta"],
         })
-    (out / speed.OPTIMUS_FILE).write_text(
-        json.dumps({"schema_version": speed.SCHEMA_VERSION, "models": optimus}, indent=1) + "\n",
+    (out / measured.OPTIMUS_FILE).write_text(
+        json.dumps({"schema_version": measured.SCHEMA_VERSION, "models": optimus}, indent=1) + "\n",
         encoding="utf-8",
     )
     if json_out:
@@ -244,7 +244,7 @@ def fit_speed(
         table.add_row(r["model"], str(r["points"]), f"{r['surface_rel_error']:.3f}",
                       f"{r['optimus_rel_error']:.3f}")
     Console().print(table)
-    print(f"wrote {out / speed.SURFACES_FILE} and {out / speed.OPTIMUS_FILE}")
+    print(f"wrote {out / measured.SURFACES_FILE} and {out / measured.OPTIMUS_FILE}")
 
 
 def demo(

@@ -236,7 +236,7 @@ def _train_sl(cfg: ExperimentConfig, teacher: str, seed: int, out: Path) -> Path
 
 
 def _plot_curve(curve, cfg: ExperimentConfig, path: Path) -> Path:
-    from dl2ray.report import plot_training_curve
+    from dl2ray.evaluation.report import plot_training_curve
     from dl2ray.studies import learning as ex
 
     labels = {ex.SL_ONLY: "SL only", ex.RL_ONLY: "RL only (scratch)", ex.SL_RL: "SL + RL",

@@ -1,6 +1,6 @@
 """``dl2ray profile``: measure the operator's speed profile on the (simulated) cluster and write it.
 
-The composition root of :mod:`dl2ray.profile`: config and truth speed model
+The composition root of :mod:`dl2ray.knowledge.profile`: config and truth speed model
 in, profile file out. On a simulated cluster the measurement reads the
 simulator (that is the cluster being measured); the file it writes is all a
 deployable scheduler ever sees of speeds.
@@ -19,7 +19,7 @@ from rich.table import Table
 
 from dl2ray.cli.options import ConfigOpt, JsonOpt
 from dl2ray.errors import UserError
-from dl2ray.profile import DEFAULT_POINTS, Fit, Profile, fit_profile, measure, save_profile
+from dl2ray.knowledge.profile import DEFAULT_POINTS, Fit, Profile, fit_profile, measure, save_profile
 
 
 def parse_points(text: str) -> tuple[tuple[int, int], ...]:

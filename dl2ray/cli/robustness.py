@@ -71,7 +71,7 @@ def robustness(
     write_report(out, img, points, all_names, unseen, header)
     doc = {"config": cfg.name, "seeds": seeds, "policy": str(policy), "points": [asdict(p) for p in points],
            "unseen": None if unseen is None else unseen.summary()}
-    from dl2ray.report import dumps
+    from dl2ray.evaluation.report import dumps
 
     out.with_suffix(".json").write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}, {out.with_suffix('.json')} and the plots in {img}")

@@ -16,7 +16,8 @@ from typing import Annotated, Any
 import typer
 
 from dl2ray.config import ConfigError, ExperimentConfig, load_config
-from dl2ray.speed import SpeedModel, config_placement, load_surfaces
+from dl2ray.measurements import load_surfaces
+from dl2ray.speed import SpeedModel, config_placement
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.report import emit
+from dl2ray.evaluation.report import emit
 
 if TYPE_CHECKING:
     from dl2ray.config import ExperimentConfig

@@ -24,7 +24,7 @@ the next reward paid):
 - ``"jct"``: ``r_t = −Σ_j time job j spent in the cluster during slot t`` (slots;
   1 for a job present all slot, the fraction until it finished otherwise). The
   episode return is minus the total JCT, unfinished jobs counted until the run
-  stopped: ``−N · censored_avg_jct`` (:func:`dl2ray.metrics.censored_avg_jct`).
+  stopped: ``−N · censored_avg_jct`` (:func:`dl2ray.evaluation.metrics.censored_avg_jct`).
 - ``"avg_jct"``: the ``"jct"`` reward divided by the trace's number of jobs N:
   the return is ``−censored_avg_jct``, the metric our trainer selects models on.
 
@@ -33,7 +33,7 @@ The episode terminates when the trace completes, and is truncated when
 episodes, e.g. a greedy policy that starves jobs) is reached first.
 
 Info: every step has ``trace_seed``, ``slot`` and ``masked_actions``; the last
-step of an episode also has ``metrics``, :func:`dl2ray.metrics.summarize_run` of
+step of an episode also has ``metrics``, :func:`dl2ray.evaluation.metrics.summarize_run` of
 the run so far (``avg_jct``, ``censored_avg_jct``, ``makespan``, ``completed``,
 … in slots): what ``dl2ray simulate`` reports for the same trace and allocations
 (with ``sim.max_slots`` = the cut-off when the cut-off ended the episode).
@@ -61,7 +61,7 @@ from gymnasium import spaces
 from dl2ray import seeds as seedsets
 from dl2ray.allocation import Allocation
 from dl2ray.config import ExperimentConfig, load_config
-from dl2ray.metrics import summarize_run
+from dl2ray.evaluation.metrics import summarize_run
 from dl2ray.policy.encoding import Encoding, SlotState
 from dl2ray.sim import Simulator
 

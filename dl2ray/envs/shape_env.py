@@ -41,7 +41,7 @@ over the episode.
 
 **World**: the simulator is the training world (``policy.train_world``, as
 :class:`~dl2ray.envs.dl2_env.DL2Env` and our trainers), and the features are computed
-from the operator's config (:func:`dl2ray.knowledge.operator_config`): the
+from the operator's config (:func:`dl2ray.knowledge.hidden.operator_config`): the
 observation reads no hidden truth. Imports gymnasium, never Ray.
 """
 
@@ -58,8 +58,8 @@ from gymnasium import spaces
 from dl2ray.allocation import Allocation
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.dl2_env import episode_settings, start_trace, step_slot
-from dl2ray.knowledge import operator_config
-from dl2ray.metrics import summarize_run
+from dl2ray.evaluation.metrics import summarize_run
+from dl2ray.knowledge.hidden import operator_config
 from dl2ray.policy.shape import WAIT, ShapeDecision, ShapeEncoding, cap_mask, decide_shapes, job_features
 from dl2ray.view import ClusterView
 

@@ -1,6 +1,6 @@
 """Harmony's baselines: FIFO job order, each job placed whole, task by task, by a node score.
 
-Each slot the running jobs stay where they are (:func:`dl2ray.gang.keep_running`); waiting
+Each slot the running jobs stay where they are (:func:`dl2ray.gang.sim.keep_running`); waiting
 jobs are taken in arrival order and each is started if all its workers and PS can be placed
 now (no head-of-line blocking). A task goes to the fitting node with the best score:
 
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dl2ray.errors import UserError
-from dl2ray.gang import keep_running
+from dl2ray.gang.sim import keep_running
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
 
 _EPS = 1e-9
@@ -100,7 +100,7 @@ def place_job(
 
 class WaitingJobsPlacer:
     """Gang mode's decision, written once for every placement scheduler (the baselines, the planner,
-    Harmony's policy): the running jobs stay where they are (:func:`dl2ray.gang.keep_running`); each
+    Harmony's policy): the running jobs stay where they are (:func:`dl2ray.gang.sim.keep_running`); each
     waiting job, in the view's (arrival) order, starts where :meth:`place_waiting` puts all of its tasks
     now, or waits (no head-of-line blocking). What a scheduler keeps over the running jobs' placement
     while it places (type counts, a :class:`~dl2ray.harmony.policy.Placed`) is its :meth:`begin`'s."""

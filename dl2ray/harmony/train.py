@@ -251,9 +251,9 @@ def run_training_episode(cfg, learner: ACLearner, predict, seed: int) -> int:
 
 
 def evaluate(cfg, learner: ACLearner, seeds) -> float:
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.harmony.nets import NumpyPolicy
     from dl2ray.harmony.policy import HarmonyScheduler
-    from dl2ray.metrics import censored_avg_jct
     from dl2ray.sim import run_episode
     from dl2ray.world import build_simulator
 

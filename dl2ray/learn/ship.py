@@ -124,7 +124,7 @@ def measure_test_rows(cfg: ExperimentConfig, name: str, pt: Path, test: list[int
     """A card's test comparison: every heuristic, the references and ``dl2:pt`` (renamed ``dl2 (name)``),
     each under its own placement unless ``cfg.cluster.placement`` forces one; paired ratios to
     :data:`PAIRED`."""
-    from dl2ray.comparison import compare
+    from dl2ray.evaluation.comparison import compare
     from dl2ray.traces.parquet import read_trace
 
     spec = f"dl2:{pt}"
@@ -282,7 +282,7 @@ def learned_online(policy: dict, rl_opts: dict) -> bool:
 
 def _test_table(rows: list[dict]) -> list[str]:
     """The card's test table: every row, what it knows, its JCT and its paired ratios."""
-    from dl2ray.report import markdown_cell
+    from dl2ray.evaluation.report import markdown_cell
 
     lines = ["avg JCT is the censored average (unfinished jobs counted until the run stopped), mean ± 95% CI "
              "over the traces; `/ X` is the paired ratio: on each trace this row's avg JCT over X's, mean ± "

@@ -168,9 +168,9 @@ def train(
 def compare_jct(cfg: ExperimentConfig, policy, teacher: str, trace_seeds: Sequence[int],
                 traces: Sequence[Trace] | None = None) -> dict:
     """Average JCT (slots; unfinished jobs counted until the run stopped, see
-    :func:`dl2ray.metrics.censored_avg_jct`) of the greedy policy (a torch network of either
+    :func:`dl2ray.evaluation.metrics.censored_avg_jct`) of the greedy policy (a torch network of either
     architecture) and of the teacher."""
-    from dl2ray.metrics import censored_avg_jct, summarize_run
+    from dl2ray.evaluation.metrics import censored_avg_jct, summarize_run
     from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.schedulers.dl2 import DL2Scheduler

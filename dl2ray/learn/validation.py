@@ -13,9 +13,9 @@ from dl2ray.learn.records import RLResult, ValidationRow
 
 def validate(cfg: ExperimentConfig, policy, trace_seeds: list[int]) -> float:
     """Average over ``trace_seeds`` of the greedy policy's average JCT (slots), unfinished jobs
-    counted until the run stopped (:func:`dl2ray.metrics.censored_avg_jct`); ``policy`` is the torch
-    network of either architecture."""
-    from dl2ray.metrics import censored_avg_jct
+    counted until the run stopped (:func:`dl2ray.evaluation.metrics.censored_avg_jct`); ``policy`` is the
+    torch network of either architecture."""
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
@@ -28,7 +28,7 @@ def validate(cfg: ExperimentConfig, policy, trace_seeds: list[int]) -> float:
 
 def heuristic_jct(cfg: ExperimentConfig, name: str, trace_seeds: list[int]) -> float:
     """Average JCT (slots) of heuristic ``name`` on ``trace_seeds``, counted as in :func:`validate`."""
-    from dl2ray.metrics import censored_avg_jct
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.sim import run_episode
     from dl2ray.world import build_simulator

@@ -32,7 +32,7 @@ and the cpu and gpu demand of every job at one worker + one PS over the
 cluster's capacity (each clipped to [0, 4]).
 
 **Profile features** (``policy.shape.profile_features``): the job type is
-described by the operator's profile (:mod:`dl2ray.profile`) instead of a
+described by the operator's profile (:mod:`dl2ray.knowledge.profile`) instead of a
 one-hot, so the policy runs on types it never saw. With ``c(p, w)`` the
 profiled seconds per epoch of the job's type, ``R`` its remaining declared
 epochs and ``m`` its *observed slowness* — the geometric mean over the slots it
@@ -287,7 +287,7 @@ def largest_node(capacity: np.ndarray) -> np.ndarray:
 
 def profile_cost_grid(cfg) -> np.ndarray:
     """The config's operator profile in seconds per epoch, ``(L, GRID, GRID)`` (:class:`ShapeEncoding`)."""
-    from dl2ray.profile import config_profile
+    from dl2ray.knowledge.profile import config_profile
 
     cost = config_profile(cfg).seconds_per_epoch(cfg.catalogue)
     grid = np.empty((len(cfg.catalogue), GRID, GRID))

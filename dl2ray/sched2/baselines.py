@@ -1,6 +1,6 @@
 """SCHED²'s baselines: list schedulers over the waiting queue, every job placed by gang packing.
 
-Each slot the running jobs are re-emitted where they are (:func:`dl2ray.gang.keep_running`);
+Each slot the running jobs are re-emitted where they are (:func:`dl2ray.gang.sim.keep_running`);
 then the waiting jobs are started one at a time, the one with the smallest key first, each
 that fits now (skipping those that do not: no head-of-line blocking), until none fits.
 Keys (times in seconds, from profiled numbers a scheduler may read):
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dl2ray.errors import UserError
-from dl2ray.gang import gang_place, keep_running, locality_factor, usage_of
+from dl2ray.gang.sim import gang_place, keep_running, locality_factor, usage_of
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks
 
 

@@ -132,7 +132,7 @@ class TrainLog:
 
 def evaluate(cfg, shape, weights, seeds) -> float:
     """Mean censored average JCT (slots) of the greedy policy over ``seeds``' traces."""
-    from dl2ray.metrics import censored_avg_jct
+    from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.sched2.qnet import numpy_qnet
     from dl2ray.sched2.scheduler import Sched2Scheduler
     from dl2ray.sim import run_episode

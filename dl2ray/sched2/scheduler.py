@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dl2ray.gang import keep_running, running, usage_of
+from dl2ray.gang.sim import keep_running, running, usage_of
 from dl2ray.sched2.baselines import Profile
 from dl2ray.sched2.state import Sched2Shape, busy_gpus, effectiveness, encode, waiting_jobs
 from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView, Tasks

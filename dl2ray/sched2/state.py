@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dl2ray.gang import gang_place, locality_factor
+from dl2ray.gang.sim import gang_place, locality_factor
 from dl2ray.sched2.baselines import Profile
 from dl2ray.view import ClusterView, JobPlacement, JobView
 

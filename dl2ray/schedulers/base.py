@@ -36,8 +36,8 @@ def register(name: str, loader: Callable[[], Factory], reference: bool = False,
              deprecated: bool = False) -> None:
     """Add scheduler ``name``. A ``reference`` reads the simulator's truth (it is never deployable) and is
     built with the whole config; every other scheduler gets the operator's config
-    (:func:`dl2ray.knowledge.operator_config`), in which the truth cannot be read. A ``deprecated`` name
-    (an old name kept for scripts; its loader warns) still builds but is not listed."""
+    (:func:`dl2ray.knowledge.hidden.operator_config`), in which the truth cannot be read. A
+    ``deprecated`` name (an old name kept for scripts; its loader warns) still builds but is not listed."""
     _REGISTRY[name] = loader
     if reference:
         _REFERENCES.add(name)
@@ -84,7 +84,7 @@ def make_scheduler(spec: str, cfg: object, placement: str | None = None) -> Sche
     choice = placement or str(getattr(cluster, "placement", OWN))
     if not _reads_truth(key) and cfg is not None:
         from dl2ray.config import ExperimentConfig
-        from dl2ray.knowledge import operator_config
+        from dl2ray.knowledge.hidden import operator_config
 
         if isinstance(cfg, ExperimentConfig):
             cfg = operator_config(cfg)

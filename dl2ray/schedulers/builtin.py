@@ -20,7 +20,7 @@ def register_builtin(register: Callable[..., None]) -> None:
         return lambda arg, cfg: StaticDRF()
 
     def optimus_truth():
-        from dl2ray.schedulers.optimus_truth import OptimusTruth
+        from dl2ray.schedulers.optimus.truth import OptimusTruth
 
         return lambda arg, cfg: OptimusTruth.from_config(cfg)
 
@@ -56,7 +56,7 @@ def register_builtin(register: Callable[..., None]) -> None:
 
 
 def _optimus():
-    from dl2ray.schedulers.optimus import DEFAULT_GAP, Optimus
+    from dl2ray.schedulers.optimus.scheduler import DEFAULT_GAP, Optimus
 
     def build(arg, cfg):
         if arg not in (None, "type"):

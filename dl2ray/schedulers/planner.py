@@ -1,7 +1,7 @@
 """Planner: greedy allocation on *profiled* speeds — the strong, deployable teacher of DL2's warm start.
 
 A cluster that profiles its job types (``dl2ray profile``: each type measured
-at a few ``(PS, workers)`` points, with error; :mod:`dl2ray.profile`) can plan
+at a few ``(PS, workers)`` points, with error; :mod:`dl2ray.knowledge.profile`) can plan
 with that profile instead of learning speeds online as Optimus does. The
 ``planner`` reads only the operator's profile (the config's ``profile:``) and
 the view (declared epochs), never the simulator: per-job speed deviations,
@@ -18,7 +18,7 @@ Per decision, for job ``j`` of type ``t`` with ``p`` PS and ``w`` workers and
 
 1. jobs in order of remaining time at one bundle, ``R_j·c_t(1, 1)`` (shortest
    first; ties: arrival, id), get one worker + one PS while they fit;
-2. then Optimus's greedy (:class:`~dl2ray.schedulers.optimus.Greedy`) with the
+2. then Optimus's greedy (:class:`~dl2ray.schedulers.optimus.scheduler.Greedy`) with the
    *relative* gain: repeatedly the one task (a worker or a PS of any job) that
    saves the largest fraction of its job's remaining time per unit of dominant
    share, ``(c_t(p, w) − c_t(p', w')) / c_t(p, w) / s``, is added, until no task
@@ -40,7 +40,7 @@ from typing import Literal
 import numpy as np
 
 from dl2ray.errors import UserError
-from dl2ray.schedulers.optimus import Greedy
+from dl2ray.schedulers.optimus.scheduler import Greedy
 from dl2ray.view import Allocation, ClusterView
 
 Profile = Literal["surfaces", "optimus-fit"]
@@ -51,7 +51,7 @@ Cost = Callable[[int, int, int], float]
 def operator_cost(cfg, path: str | None = None) -> Cost:
     """Seconds per epoch per ``(type_index, ps, workers)`` from the operator's profile: the file ``path``
     (``planner:FILE``), else the config's ``profile:``."""
-    from dl2ray.profile import config_profile, load_profile
+    from dl2ray.knowledge.profile import config_profile, load_profile
 
     if path:
         prof = load_profile(path)
@@ -64,7 +64,7 @@ def operator_cost(cfg, path: str | None = None) -> Cost:
 def profiled_cost(cfg, profile: str = "surfaces") -> Cost:
     """Seconds per epoch per ``(type_index, ps, workers)`` from the simulator's true speed files (cached):
     the reference ``planner-truth``."""
-    from dl2ray.speed import OPTIMUS_FILE, load_surfaces, optimus_speed
+    from dl2ray.measurements import OPTIMUS_FILE, load_surfaces, optimus_speed
 
     cat = cfg.catalogue
     per_epoch = [t.batches_per_epoch for t in cat.types]

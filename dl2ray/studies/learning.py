@@ -19,7 +19,7 @@ workers, one torch thread each); one worker runs them in this process.
 
 Model selection uses validation seeds only; test seeds
 (:func:`dl2ray.seeds.test`) are used for the reported numbers only, through
-:func:`dl2ray.comparison.compare` with ``dl2:<best checkpoint>`` schedulers.
+:func:`dl2ray.evaluation.comparison.compare` with ``dl2:<best checkpoint>`` schedulers.
 """
 
 from __future__ import annotations
@@ -215,7 +215,8 @@ def _drain(q, progress: Progress | None) -> None:
 
 def _mean_jct(cfg: ExperimentConfig, schedulers: Sequence[str], trace_seeds: Sequence[int],
               processes: int) -> dict[str, dict]:
-    """Per scheduler spec: the aggregate row of :func:`dl2ray.comparison.compare` (mean over traces).
+    """Per scheduler spec: the aggregate row of :func:`dl2ray.evaluation.comparison.compare` (mean over
+    traces).
 
     ``compare`` forks its workers; a fork of a process whose torch has run an
     OpenMP region with more than one thread hangs in the child's first one
@@ -224,7 +225,7 @@ def _mean_jct(cfg: ExperimentConfig, schedulers: Sequence[str], trace_seeds: Seq
     """
     import torch
 
-    from dl2ray.comparison import compare
+    from dl2ray.evaluation.comparison import compare
 
     torch.set_num_threads(1)
     comp = compare(cfg, list(schedulers), list(trace_seeds), processes=processes)
@@ -305,7 +306,7 @@ class EvalReport:
     """Per run: its best validated checkpoint's avg JCT (slots) on the test traces, and the ratio
     to the reference run's (``slowdown``: 1.0 for the reference itself).
 
-    The test JCT is :func:`dl2ray.comparison.compare`'s ``avg_jct`` (finished jobs
+    The test JCT is :func:`dl2ray.evaluation.comparison.compare`'s ``avg_jct`` (finished jobs
     only, as ``dl2ray compare`` reports it); ``test_completed`` / ``test_jobs``
     (means per trace) show whether a policy left jobs unfinished.
     """

@@ -14,7 +14,7 @@ values (``dl2ray experiment robustness`` runs them and writes the report):
 At every point the cluster is *profiled again* (``dl2ray profile`` with the same seed and settings): the
 operator measures the cluster it has, so a larger job deviation also makes the profile worse. The DL2
 policy is the shipped one, trained once at the config's settings: the sweep tests it where it was not
-trained. Each point is one :func:`dl2ray.comparison.compare` on the same test traces, with the
+trained. Each point is one :func:`dl2ray.evaluation.comparison.compare` on the same test traces, with the
 truth-informed reference ``planner-truth`` (the planner on the simulator's true type surfaces instead of
 the profile; like every scheduler it sees declared epochs, and per-job deviation and interference only
 through what it observes) and the lower bound. At each point a scheduler's *ratio* is its JCT over
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dl2ray.comparison import LOWER_BOUND, Comparison, compare
 from dl2ray.config import ExperimentConfig
+from dl2ray.evaluation.comparison import LOWER_BOUND, Comparison, compare
 from dl2ray.world import speed_model
 
 REFERENCE = "planner-truth"
@@ -56,7 +56,7 @@ def with_setting(cfg: ExperimentConfig, study: str, value: float) -> ExperimentC
 def reprofiled(cfg: ExperimentConfig, out: Path, seed: int) -> ExperimentConfig:
     """``cfg`` with its operator profile measured again on its own world (same points, seed and fit as
     the shipped profile records), written to the file ``out``."""
-    from dl2ray.profile import DEFAULT_POINTS, config_profile, fit_profile, measure, save_profile
+    from dl2ray.knowledge.profile import DEFAULT_POINTS, config_profile, fit_profile, measure, save_profile
 
     shipped = config_profile(cfg)
     points = tuple(tuple(p) for p in shipped.source.get("points", DEFAULT_POINTS))

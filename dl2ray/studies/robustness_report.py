@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2ray.comparison import Comparison
+from dl2ray.evaluation.comparison import Comparison
 from dl2ray.studies.robustness import REFERENCE, SWEEPS, Point, degradation
 
 TITLES = {

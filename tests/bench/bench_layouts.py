@@ -29,8 +29,8 @@ import numpy as np
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
+from dl2ray.evaluation.metrics import censored_avg_jct
 from dl2ray.learn.shape.sl import teacher_sample
-from dl2ray.metrics import censored_avg_jct
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.seeds import validation

@@ -26,8 +26,8 @@ from collections.abc import Callable
 import numpy as np
 
 from dl2ray.config import load_config
+from dl2ray.evaluation.metrics import censored_avg_jct, mean_ci95
 from dl2ray.learn.shape.sl import teacher_sample
-from dl2ray.metrics import censored_avg_jct, mean_ci95
 from dl2ray.policy.shape import ShapeEncoding, decide_shapes
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode

@@ -23,10 +23,10 @@ import sys
 import time
 
 from dl2ray.cluster import PLACEMENTS
-from dl2ray.comparison import compare
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
-from dl2ray.metrics import mean_ci95
+from dl2ray.evaluation.comparison import compare
+from dl2ray.evaluation.metrics import mean_ci95
 
 
 def run(config: str | None, schedulers: list[str], placers: list[str], seeds: list[int],

@@ -37,7 +37,7 @@ from clusters.profile_live import (
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.jobspec import load_jobspec
-from dl2ray.profile import ProfileError, load_profile
+from dl2ray.knowledge.profile import ProfileError, load_profile
 
 TINY = REPO / "tests" / "data" / "jobs" / "mlp-tiny.yaml"
 TESTBED = CONFIGS / "testbed.yaml"

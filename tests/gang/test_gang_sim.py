@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dl2ray.config import InterferenceConfig
-from dl2ray.gang import (
+from dl2ray.gang.sim import (
     GangSimulator,
     fragmentation_index,
     gang_packing,
@@ -187,7 +187,7 @@ def test_gang_baselines_refuse_a_dl2_config(testbed):
 
 
 def test_philly_trace_is_deterministic_and_resampled(sched2_cfg):
-    from dl2ray.gang_trace import gang_trace as draw
+    from dl2ray.gang.trace import gang_trace as draw
 
     workload = sched2_cfg.workload.model_copy(update={"num_jobs": 2000})
     cfg = sched2_cfg.model_copy(update={"workload": workload})

@@ -88,7 +88,7 @@ def test_learned_scheduler_invariants_and_determinism(sched2_cfg, seed):
 
 
 def test_train_writes_a_checkpoint_that_compare_can_load(sched2_cfg, tmp_path):
-    from dl2ray.comparison import RunSpec, run_one
+    from dl2ray.evaluation.comparison import RunSpec, run_one
     from dl2ray.sched2.train import DQNSettings, train
 
     cfg = sched2_cfg.model_copy(update={"workload": sched2_cfg.workload.model_copy(update={"num_jobs": 25})})
@@ -209,7 +209,7 @@ def test_jobwise_numpy_equals_torch_and_scores_jobs_independently_of_their_slot(
 
 def test_jobwise_state_carries_the_placement_each_job_would_get_now(sched2_cfg):
     """Per window job: profiled time at its placement now and s_now / s_min (0 when it does not fit)."""
-    from dl2ray.gang import keep_running, locality_factor, running
+    from dl2ray.gang.sim import keep_running, locality_factor, running
     from dl2ray.sched2.baselines import Profile
     from dl2ray.sched2.state import busy_gpus, encode, waiting_jobs
     from dl2ray.world import build_simulator

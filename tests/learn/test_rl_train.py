@@ -12,13 +12,13 @@ from support import run_cli, small_config
 
 from dl2ray import seeds
 from dl2ray.envs.cluster_env import ClusterEnvironment
+from dl2ray.evaluation.metrics import summarize_run
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.records import RLOptions
 from dl2ray.learn.rl import Trainer
 from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.learn.sl import SLRun, run_sl
 from dl2ray.learn.train import train_rl
-from dl2ray.metrics import summarize_run
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import NumpyPolicy, build_networks, load_checkpoint
 from dl2ray.schedulers.base import make_scheduler

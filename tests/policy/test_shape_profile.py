@@ -41,7 +41,7 @@ def test_dimensions_and_the_cost_grid():
     assert ENC.profile and ENC.job_columns == JOB_EXTRA + PROFILE_JOB
     assert ENC.job_dim == JOB_EXTRA + PROFILE_JOB + ROW_DIM * ENC.num_shapes
     assert ENC.cost.shape == (len(CAT), GRID, GRID)
-    from dl2ray.profile import config_profile
+    from dl2ray.knowledge.profile import config_profile
 
     prof = config_profile(CFG).types["vgg-16"]
     t = CAT.index("vgg-16")

@@ -1,8 +1,8 @@
 """No scheduler marked deployable can reach the simulator's truth: not through its config, not through
 a file, not through the view.
 
-- config: every deployable scheduler is built from :func:`dl2ray.knowledge.operator_config`, whose truth
-  fields raise when read;
+- config: every deployable scheduler is built from :func:`dl2ray.knowledge.hidden.operator_config`, whose
+  truth fields raise when read;
 - files: an audit hook records every file opened while a scheduler is built and runs a whole trace; no
   deployable scheduler opens anything in the true speed surfaces' folder (the references do — the hook
   sees them, so the check can fail);
@@ -26,7 +26,7 @@ import yaml
 from support import CONFIGS
 
 from dl2ray.config import load_config
-from dl2ray.knowledge import TruthAccessError, operator_config
+from dl2ray.knowledge.hidden import TruthAccessError, operator_config
 from dl2ray.schedulers.base import is_reference, make_scheduler, scheduler_names
 from dl2ray.world import build_simulator
 
@@ -110,7 +110,7 @@ def test_lif_linear_fits_on_the_whole_config_and_is_marked_a_reference(monkeypat
     """Its fit runs the true simulator (logged placements): a plugin factory that reads the truth gets the
     whole config, not the operator's (which refused to serialise it), and its rows are references."""
     import dl2ray.harmony.linear as linear
-    from dl2ray.knowledge import is_operator_config
+    from dl2ray.knowledge.hidden import is_operator_config
 
     cfg = load_config(CONFIGS / "harmony.yaml")
     seen = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dl2ray.measurements import fit_optimus_speed, optimus_speed
 from dl2ray.schedulers.base import make_scheduler
-from dl2ray.schedulers.optimus import Optimus
-from dl2ray.schedulers.optimus_fit import (
+from dl2ray.schedulers.optimus.fit import (
     PRIOR_THETA,
     SpeedFit,
     convergence_epochs,
@@ -15,8 +15,9 @@ from dl2ray.schedulers.optimus_fit import (
     fit_loss_curves,
     step_time,
 )
+from dl2ray.schedulers.optimus.scheduler import Optimus
 from dl2ray.sim import Simulator, run_episode
-from dl2ray.speed import SpeedModel, fit_optimus_speed, optimus_speed
+from dl2ray.speed import SpeedModel
 from dl2ray.view import Observation, Tasks
 from dl2ray.workload import JobSpec
 
@@ -164,7 +165,7 @@ class _Watched:
 
 
 def test_optimus_never_consults_the_true_speed_model(testbed):
-    from dl2ray.speed import load_surfaces
+    from dl2ray.measurements import load_surfaces
 
     speed = _GuardedSpeed(testbed.catalogue, load_surfaces(testbed.surfaces_dir))
     speed._speed = speed._speed_uncached  # no cache: every lookup goes through the guard

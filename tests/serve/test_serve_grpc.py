@@ -15,7 +15,7 @@ from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from serve.app import DecisionService
 from serve.client import ServeError, ServeScheduler, serve_scheduler
-from serve.grpc_messages import request_from_proto, request_to_proto, response_from_proto, response_to_proto
+from serve.grpc.messages import request_from_proto, request_to_proto, response_from_proto, response_to_proto
 from serve.proto import HERE, decide_pb2, decide_pb2_grpc, generate
 
 

@@ -11,8 +11,8 @@ import pytest
 import requests
 from serve_support import SHIPPED, TESTBED
 
-from dl2ray.comparison import RunSpec, run_one
 from dl2ray.errors import UserError
+from dl2ray.evaluation.comparison import RunSpec, run_one
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.dl2 import DL2Scheduler
 from serve.client import ServeError, ServeScheduler

@@ -227,7 +227,7 @@ def _arch_parts(cfg: ExperimentConfig, run: RLlibRun, env_config: dict[str, Any]
     appo = run.algo == "appo"
     if run_arch(cfg, run) == "shape":
         from dl2ray.envs.shape_env import ShapeEnv
-        from dl2ray.knowledge import operator_config
+        from dl2ray.knowledge.hidden import operator_config
         from dl2ray.learn.rllib.shape_module import (
             ShapeAPPOTorchRLModule,
             ShapeTorchRLModule,

@@ -206,7 +206,7 @@ class TwinExperience:
     def observe(self, policy) -> None:
         """One episode of the learner's own cluster with the greedy ``policy``; the twin takes what it
         showed."""
-        from dl2ray.metrics import censored_avg_jct
+        from dl2ray.evaluation.metrics import censored_avg_jct
         from dl2ray.schedulers.dl2 import DL2Scheduler
         from dl2ray.sim import run_episode
 

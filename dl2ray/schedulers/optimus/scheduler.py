@@ -2,7 +2,7 @@
 
 Peng et al., "Optimus: An Efficient Dynamic Resource Scheduler for Deep
 Learning Clusters", EuroSys 2018, §4. Everything it knows comes from the
-view and what it observed (:mod:`dl2ray.schedulers.optimus_fit`), never from
+view and what it observed (:mod:`dl2ray.schedulers.optimus.fit`), never from
 the simulator's speed model.
 
 Per decision:
@@ -39,7 +39,7 @@ import heapq
 import numpy as np
 
 from dl2ray.schedulers.observed import NewObservations
-from dl2ray.schedulers.optimus_fit import (
+from dl2ray.schedulers.optimus.fit import (
     SpeedFit,
     convergence_epochs,
     fit_loss_curves,

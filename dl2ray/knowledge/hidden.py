@@ -3,7 +3,7 @@
 A scheduler is *deployable* when every input it has is something an operator
 has: the cluster (nodes, placement policy), the job-type catalogue (demands,
 caps, batch sizes), the slot length, the policy settings, the operator's speed
-profile (:mod:`dl2ray.profile`), and what the cluster shows in each
+profile (:mod:`dl2ray.knowledge.profile`), and what the cluster shows in each
 :class:`~dl2ray.view.ClusterView` (declared epochs, observed speeds and
 losses). Everything else in an :class:`~dl2ray.config.ExperimentConfig` is the
 simulated world's truth or the recipe of its traces:

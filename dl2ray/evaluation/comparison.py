@@ -7,7 +7,7 @@ process pool (one process per core) when there is more than one. Trace
 every scheduler sees the same traces.
 
 References (``references=True``) add the per-trace lower bound
-(:mod:`dl2ray.references`) as a row named :data:`LOWER_BOUND`; rows of
+(:mod:`dl2ray.evaluation.references`) as a row named :data:`LOWER_BOUND`; rows of
 references (the lower bound, and schedulers with ``reference = True`` such as
 ``oracle``) carry ``"reference": true``: they read the simulator's truth and
 cannot be deployed.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dl2ray.config import ExperimentConfig
-from dl2ray.metrics import aggregate, mean_ci95, summarize_run
+from dl2ray.evaluation.metrics import aggregate, mean_ci95, summarize_run
 from dl2ray.schedulers.base import is_reference, make_scheduler
 from dl2ray.sim import RunResult, run_episode
 from dl2ray.workload import Trace
@@ -180,7 +180,7 @@ def lower_bound_metrics(cfg: ExperimentConfig, seed: int, trace: Trace | None = 
     (where a run stops at the latest), and ``unfinished`` counts the jobs whose
     bound lies beyond it — jobs no scheduler can finish within the horizon.
     """
-    from dl2ray.references import lower_bound_jcts
+    from dl2ray.evaluation.references import lower_bound_jcts
     from dl2ray.traces.generate import generate_trace
 
     if trace is None:

@@ -4,7 +4,7 @@
 optimum: a greedy heuristic handed the true type surfaces, weaker than the
 planner on the shipped configs.)
 
-It is :class:`~dl2ray.schedulers.optimus.Optimus`'s allocation (every job, in
+It is :class:`~dl2ray.schedulers.optimus.scheduler.Optimus`'s allocation (every job, in
 arrival order, gets 1 worker + 1 PS while they fit; then, repeatedly, the one
 worker or PS over all jobs with the largest ``(R/f(p, w) − R/f(p', w')) / s``,
 ``s`` the dominant share of the added task, until nothing gains, fits or is
@@ -25,8 +25,9 @@ unknown to it.
 from __future__ import annotations
 
 from dl2ray.errors import UserError
-from dl2ray.schedulers.optimus import Greedy
-from dl2ray.speed import SpeedModel, config_placement, load_surfaces
+from dl2ray.measurements import load_surfaces
+from dl2ray.schedulers.optimus.scheduler import Greedy
+from dl2ray.speed import SpeedModel, config_placement
 from dl2ray.view import Allocation, ClusterView
 
 

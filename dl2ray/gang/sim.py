@@ -255,7 +255,7 @@ class GangSimulator(Simulator):
     """The non-preemptive gang-mode simulator (see the module docstring).
 
     Without a fixed trace, ``reset(seed)`` draws one with
-    :func:`dl2ray.gang_trace.gang_trace` (Philly or synthetic, by ``gang.workload``).
+    :func:`dl2ray.gang.trace.gang_trace` (Philly or synthetic, by ``gang.workload``).
     """
 
     def __init__(self, cfg: ExperimentConfig, speed, trace=None, record_events: bool = False) -> None:
@@ -269,7 +269,7 @@ class GangSimulator(Simulator):
         self._gpus = self.capacity[:, 1]
 
     def reset(self, seed: int, trace: Trace | None = None):
-        from dl2ray.gang_trace import gang_trace
+        from dl2ray.gang.trace import gang_trace
 
         # The base reset reads the fixed trace; gang mode draws its own when none was given.
         if trace is None:

@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from dl2ray.comparison import LOWER_BOUND, Comparison
+from dl2ray.evaluation.comparison import LOWER_BOUND, Comparison
 
 
 def json_safe(obj):

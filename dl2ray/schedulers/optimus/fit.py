@@ -18,14 +18,14 @@ residual in loss space. The job converges when its gap
 ``k* = b1·(1/δ - 1) / b0`` epochs.
 
 Speed (per job type), Optimus's form in epochs/s for ``p`` PS, ``w`` workers
-and per-worker batch ``B`` (see :func:`dl2ray.speed.optimus_features`)::
+and per-worker batch ``B`` (see :func:`dl2ray.measurements.optimus_features`)::
 
     f(p, w) = w / (θ0·B + θ1 + θ2·w/p + θ3·w + θ4·p),      θ ≥ 0
 
 fitted by NNLS of the step time ``w / speed`` on the features. Repeated
 observations of one ``(p, w)`` are collapsed to their mean step time with
 weight √count, which is the same least-squares problem as fitting every
-observation (:func:`dl2ray.speed.fit_optimus_speed`) in bounded memory.
+observation (:func:`dl2ray.measurements.fit_optimus_speed`) in bounded memory.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import nnls
 
-from dl2ray.speed import optimus_features
+from dl2ray.measurements import optimus_features
 
 PRIOR_THETA = (0.0, 1.0, 1.0, 0.5, 0.0)
 """Shape of the speed prior, scaled to the observed step time: compute, PS

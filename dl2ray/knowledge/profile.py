@@ -21,9 +21,9 @@ cluster the same file comes from timing real elastic MXNet jobs
 Fits (``fit``), per type, over its measured points:
 
 - ``optimus``: Optimus's step-time form ``w / f(p, w) = θ0·B + θ1 + θ2·w/p + θ3·w + θ4·p``
-  by non-negative least squares (:func:`dl2ray.speed.fit_optimus_speed`);
+  by non-negative least squares (:func:`dl2ray.measurements.fit_optimus_speed`);
 - ``interpolate``: the piecewise-linear surface through the points, monotone in
-  PS, nearest point outside their hull (:func:`dl2ray.speed.interpolate_surface`).
+  PS, nearest point outside their hull (:func:`dl2ray.measurements.interpolate_surface`).
 
 The file (JSON, :func:`save_profile` / :func:`load_profile`) keeps the raw
 points, the fit and the fitted grid ``speed[p-1][w-1]`` (batches/s) up to the
@@ -43,16 +43,8 @@ from typing import Literal
 import numpy as np
 
 from dl2ray.errors import MissingInputError, UserError
-from dl2ray.speed import (
-    Measurement,
-    SpeedModel,
-    Surface,
-    deviation_divisor,
-    fit_optimus_speed,
-    interpolate_surface,
-    optimus_speed,
-    spread_layout,
-)
+from dl2ray.measurements import Measurement, Surface, fit_optimus_speed, interpolate_surface, optimus_speed
+from dl2ray.speed import SpeedModel, deviation_divisor, spread_layout
 from dl2ray.workload import JobCatalogue
 
 SCHEMA_VERSION = 1
@@ -117,7 +109,7 @@ class Profile:
         return cost
 
     def surfaces(self) -> dict[str, Surface]:
-        """The fitted grids as :class:`~dl2ray.speed.Surface`\\ s (for a :class:`SpeedModel`)."""
+        """The fitted grids as :class:`~dl2ray.measurements.Surface`\\ s (for a :class:`SpeedModel`)."""
         return {n: Surface(n, p.speed, len(p.points)) for n, p in self.types.items()}
 
 

@@ -21,7 +21,7 @@ async def decide_call(service: DecisionCore, request: Any, grpc_context: Any = N
     field's path for a request the HTTP endpoint answers with 422, RESOURCE_EXHAUSTED when refused
     under overload (:mod:`serve.overload`). Without a context (a plain handle call) they raise.
     """
-    from serve.grpc_messages import request_from_proto, response_to_proto
+    from serve.grpc.messages import request_from_proto, response_to_proto
     from serve.proto import decide_pb2
 
     def work() -> tuple[str, str] | decide_pb2.DecideResponse:
