@@ -102,6 +102,12 @@ class Learning(FrozenModel):
     twin_window: int = Field(default=8, ge=1, description="observed twin: the newest episodes it replays")
     observe_every: int = Field(default=1, ge=1,
                                description="observed twin: pushes per episode of its cluster")
+    algo: Literal["counterfactual", "pg"] = Field(
+        default="counterfactual", description="shape policy: how a member computes a push: counterfactual "
+        "tries in its twin, or pg: online, on-policy episodes of its own cluster through the live agent's "
+        "interface (dl2ray.envs.cluster_env) against its own value baseline")
+    credit: Literal["job", "slot"] = Field(default="job", description="pg: a job choice's return "
+                                           "(dl2ray.learn.shape.pg)")
 
 
 class Learner(FrozenModel):

@@ -64,6 +64,8 @@ class MemberSpec:
     twin_window: int = 8
     observe_every: int = 1
     joins_after: int = 0  # learn: pushes once the learner has applied this many updates (pulls till then)
+    algo: str = "counterfactual"  # shape policy: counterfactual tries in the twin, or pg online
+    credit: str = "job"  # pg: a job choice's return
 
 
 @dataclass
@@ -93,7 +95,7 @@ class MemberAgentImpl:
         self.cfg, self.spec, self.link = cfg, spec, link
         self.incarnation = incarnation()
         settings = LocalSettings(spec.steps_per_update, spec.critic, spec.exploration, spec.twin,
-                                 spec.twin_window, spec.observe_every)
+                                 spec.twin_window, spec.observe_every, algo=spec.algo, credit=spec.credit)
         # The networks of the member's architecture (replaced on join) and how it computes a push.
         self.learner = local_learner(cfg, spec.traces, spec.seed, [spec.index, self.incarnation], settings,
                                      salt=spec.index)
@@ -226,6 +228,6 @@ def member_specs(fed, learning_seed: int) -> list[MemberSpec]:
             m.name, i, m.mode, seedsets.training(m.traces, offset), seedsets.validation(m.val_traces),
             m.val_every, m.pull_interval_s, learning_seed, m.steps_per_update or lrn.steps_per_update,
             lrn.critic, lrn.exploration, lrn.pull_every, lrn.threads, lrn.twin, lrn.twin_window,
-            lrn.observe_every, m.joins_after))
+            lrn.observe_every, m.joins_after, lrn.algo, lrn.credit))
         offset += m.traces
     return specs
