@@ -228,3 +228,20 @@ def test_the_live_shape_learner_pushes_from_what_its_cluster_showed(tiny_shape) 
     assert gp.stats()["updates"] == st["pushed"] == st["version"] and gp.stats()["refused"] == {}
     assert np.array_equal(params_vector(learner.net, None), gp.get_weights()[1])
     assert all(isinstance(r, CounterfactualRow) for r in gp.result.history)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_train_rl_pg_online_with_two_agents(capsys, tmp_path, tiny_shape_yaml, ray_session) -> None:
+    """``--algo pg --agents 2``: each agent learns online on its own cluster (policy.experience: cluster)
+    and pushes on-policy pseudo-gradients; the run's records are on-policy rows."""
+    out = tmp_path / "a3c.pt"
+    code, stdout, err = run_cli(capsys, "train", "rl", "--config", str(tiny_shape_yaml),
+                                "--algo", "pg", "--agents", "2", "--updates", "3", "--out", str(out),
+                                "--traces", "2", "--val-traces", "1", "--val-every", "3", "--json")
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["updates"] == 3 and sum(doc["per_agent"].values()) == 3 and doc["refused"] == {}
+    run = json.loads(out.with_suffix(".json").read_text())
+    assert run["options"]["algo"] == "pg" and run["config"]["policy"]["experience"] == "cluster"
+    assert all("mean_credit" in r and "decisions" in r for r in run["history"])
