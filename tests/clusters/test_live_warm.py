@@ -92,7 +92,7 @@ def _restarted(ray, host, restarts: int):
         st = ray.get(host.status.remote(), timeout=30)
     except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
         return None
-    return st if st["restarts"] >= restarts and st["state"] == "running" and st["workers"] > 0 else None
+    return st if st.restarts >= restarts and st.state == "running" and st.workers > 0 else None
 
 
 @pytest.mark.ray
