@@ -77,7 +77,7 @@ from dl2ray.workload import JobCatalogue, JobType
 
 if TYPE_CHECKING:
     from elastic_mxnet.job import ElasticJob
-    from elastic_mxnet.messages import MemberInfo, StatusReply
+    from elastic_mxnet.protocol.messages import MemberInfo, StatusReply
 
 Point = tuple[int, int]
 Log = Callable[[str], None]

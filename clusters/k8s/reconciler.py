@@ -53,7 +53,7 @@ from clusters.k8s.world import (
 from dl2ray.view import Allocation, Tasks
 from dl2ray.workload import JobCatalogue
 from elastic_mxnet.job import ScaleRefused
-from elastic_mxnet.messages import StatusReply
+from elastic_mxnet.protocol.messages import StatusReply
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The host actor (:class:`JobHostImpl`, named ``dl2ray-job-<name>`` in the
 ``dl2ray`` namespace) *is* the job as far as the cluster is concerned: it holds
-the job spec, runs the :class:`~elastic_mxnet.coordinator.Coordinator` in a
+the job spec, runs the :class:`~elastic_mxnet.coordination.coordinator.Coordinator` in a
 thread, owns the member actors through its :class:`~clusters.ray.spawner.RaySpawner`
 and keeps the per-slot observations of the job. Everything a cluster agent
 needs after a restart is read back from these actors (level-triggered), never
@@ -60,7 +60,7 @@ from clusters.runtime import actor_class
 from dl2ray.jobspec import JobSpec
 from elastic_mxnet.config import Liveness
 from elastic_mxnet.job import ScaleRefused
-from elastic_mxnet.messages import ScalingEvent, StatusReply
+from elastic_mxnet.protocol.messages import ScalingEvent, StatusReply
 
 log = logging.getLogger(__name__)
 

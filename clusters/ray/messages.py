@@ -3,7 +3,7 @@
 A job host (:mod:`clusters.ray.job`) is a Ray actor; its answers travel to the
 backend (:mod:`clusters.ray.backend`) pickled by Ray, and its pushed readings
 travel through the GCS as JSON (:mod:`clusters.ray.readings`). Each is one
-model here, the way :mod:`elastic_mxnet.messages` types the coordinator's wire:
+model here, the way :mod:`elastic_mxnet.protocol.messages` types the coordinator's wire:
 
 * :class:`SlotObservation` — what the job did in one slot (a row of its history);
 * :class:`MemberRow` — one member actor alive, joined with the coordinator's view of it;
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dl2ray.jobspec import JobSpec
 from dl2ray.view import Observation
-from elastic_mxnet.messages import ScalingEvent
+from elastic_mxnet.protocol.messages import ScalingEvent
 
 TERMINAL = ("finished", "failed", "cancelled")
 """States a job never leaves."""

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray.experimental import internal_kv
 
 from clusters.ray.messages import ScaleCall, SlotObservation
-from elastic_mxnet.messages import ScalingEvent
+from elastic_mxnet.protocol.messages import ScalingEvent
 
 KV_NAMESPACE = "dl2ray"
 

@@ -64,7 +64,7 @@ class MemberRecord:
 
 @dataclass
 class RaySpawner:
-    """Starts members of one job as Ray actors (the ``elastic_mxnet.spawner.Spawner`` protocol).
+    """Starts members of one job as Ray actors (the ``elastic_mxnet.coordination.spawner.Spawner`` protocol).
 
     ``worker_args``: the worker's ``demo_train`` arguments; ``worker``/``ps``: per-task demand;
     ``pool``: name of the warm pool actor to take members from (None: always cold).

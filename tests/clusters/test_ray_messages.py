@@ -12,7 +12,7 @@ from clusters.ray.host.slots import SlotBook
 from clusters.ray.messages import HostStatus, MemberRow, PushedReading, ScaleCall, ScaleReply, SlotObservation
 from clusters.ray.record import HostRecord, SlotClock
 from dl2ray.jobspec import JobSpec
-from elastic_mxnet.messages import MemberInfo, ScalingEvent, StatusReply
+from elastic_mxnet.protocol.messages import MemberInfo, ScalingEvent, StatusReply
 
 SPEC = JobSpec.model_validate({"name": "j", "job_type": "resnet-50", "epochs": 3,
                                "workers": {"min": 1, "max": 4}, "ps_count": {"min": 1, "max": 2}})

@@ -1,6 +1,6 @@
 """A job host's elastic MXNet coordinator: its config, its thread, and the client that reads it.
 
-The coordinator (:class:`~elastic_mxnet.coordinator.Coordinator`) runs in a
+The coordinator (:class:`~elastic_mxnet.coordination.coordinator.Coordinator`) runs in a
 thread of the host actor, on this node's address; its members reach it over
 ZeroMQ. :class:`CoordinatorRunner` starts it (fresh, or in *rejoin* mode on a
 restarted host's old address), reads its status through one persistent client
@@ -14,10 +14,10 @@ import threading
 from clusters.ray.host.members import HostMembers
 from dl2ray.jobspec import JobSpec
 from elastic_mxnet.config import JobConfig, Limits, Liveness
-from elastic_mxnet.coordinator import Coordinator
+from elastic_mxnet.coordination.coordinator import Coordinator
 from elastic_mxnet.job import ElasticJob, ScaleRefused
-from elastic_mxnet.messages import ScaleReply as CoordinatorScaleReply
-from elastic_mxnet.messages import ScalingEvent, StatusReply
+from elastic_mxnet.protocol.messages import ScaleReply as CoordinatorScaleReply
+from elastic_mxnet.protocol.messages import ScalingEvent, StatusReply
 
 STATUS_TIMEOUT_S = 10.0
 """Seconds a status read waits for the coordinator (a busy one answers late: the read says nothing)."""

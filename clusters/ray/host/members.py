@@ -13,7 +13,7 @@ import ray
 
 from clusters.ray.messages import MemberRow
 from clusters.ray.spawner import MemberRecord, RaySpawner
-from elastic_mxnet.messages import StatusReply
+from elastic_mxnet.protocol.messages import StatusReply
 
 
 class HostMembers:

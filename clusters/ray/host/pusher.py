@@ -19,7 +19,7 @@ from clusters.ray.host.slots import SlotBook
 from clusters.ray.messages import PushedReading, SlotObservation
 from clusters.ray.readings import put_reading
 from clusters.ray.record import SlotClock
-from elastic_mxnet.messages import StatusReply
+from elastic_mxnet.protocol.messages import StatusReply
 
 log = logging.getLogger(__name__)
 

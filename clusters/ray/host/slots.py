@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from clusters.ray.messages import SlotObservation
-from elastic_mxnet.messages import StatusReply
+from elastic_mxnet.protocol.messages import StatusReply
 
 
 class SlotBook:
