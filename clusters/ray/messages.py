@@ -5,6 +5,7 @@ backend (:mod:`clusters.ray.backend`) pickled by Ray, and its pushed readings
 travel through the GCS as JSON (:mod:`clusters.ray.readings`). Each is one
 model here, the way :mod:`elastic_mxnet.protocol.messages` types the coordinator's wire:
 
+* :class:`MemberActorInfo` — what a member actor says of itself (:mod:`clusters.ray.member`);
 * :class:`SlotObservation` — what the job did in one slot (a row of its history);
 * :class:`MemberRow` — one member actor alive, joined with the coordinator's view of it;
 * :class:`ScaleCall` — one scale call as the host records it (a row of its actions);
@@ -34,6 +35,21 @@ TERMINAL = ("finished", "failed", "cancelled")
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MemberActorInfo(_Frozen):
+    """A member actor's own account (``MemberImpl.info``): its process ``pid`` and Ray ``node`` id; the
+    ``job`` and ``role`` it serves and its ``coordinator`` (``tcp://host:port``), all None while it idles
+    in the warm pool; the ``exit_code`` of its run (None while it runs or idles); ``warm``: started by the
+    pool (MXNet imported before any job)."""
+
+    pid: int
+    node: str
+    job: str | None
+    role: str | None
+    coordinator: str | None
+    exit_code: int | None
+    warm: bool
 
 
 class SlotObservation(_Frozen):

@@ -121,13 +121,14 @@ class RaySpawner:
         infos = member_infos(handles := member_handles())
         address = None
         for name, info in sorted(infos.items()):
-            if info["job"] != self.job:
+            if info.job != self.job:
                 continue
             handle = handles[name]
-            rec = MemberRecord(name, info["role"], handle, handle.wait.remote(), None, info["node"],
-                               time.time(), bool(info["warm"]), info["pid"], info["node"])
+            assert info.role is not None  # it serves this job
+            rec = MemberRecord(name, info.role, handle, handle.wait.remote(), None, info.node, time.time(),
+                               info.warm, info.pid, info.node)
             self.members[name] = rec
-            address = address or info["coordinator"]
+            address = address or info.coordinator
         self.seq = len(self.members)
         return address
 
