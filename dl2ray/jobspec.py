@@ -8,7 +8,7 @@ A job spec (YAML; every field below, units in the descriptions)::
 
     name: mlp-a                 # unique among the cluster's jobs: [a-z0-9-], 1-40 chars
     job_type: resnet-50         # the catalogue type the policy treats it as (configs/jobtypes.yaml)
-    model: mlp                  # mlp | cnn | mlp-params (elastic_mxnet.models)
+    model: mlp                  # mlp | cnn | mlp-params (elastic_mxnet.training.models)
     epochs: 4                   # declared epochs to train (over `samples` samples)
     samples: 512                # synthetic data set size (samples per epoch)
     global_batch: 32            # samples per iteration, over all workers
@@ -99,7 +99,7 @@ class JobSpec(_Frozen):
     name: str = Field(description="unique job name: [a-z0-9-], 1-40 characters")
     job_type: str = Field(description="job type the policy treats it as (a name in the catalogue)")
     model: Literal["mlp", "cnn", "mlp-params"] = Field(
-        default="mlp", description="Gluon model of elastic_mxnet.models")
+        default="mlp", description="Gluon model of elastic_mxnet.training.models")
     model_params: int = Field(default=1_000_000, ge=1, description="parameters of mlp-params")
     epochs: float = Field(default=2.0, gt=0, description="declared epochs to train")
     samples: int = Field(default=512, ge=1, description="synthetic data set size (samples per epoch)")

@@ -2,7 +2,7 @@
 
 A job is a coordinator, parameter servers (PS) and workers talking ZeroMQ
 (see ``docs/elastic_mxnet.md``). Users swap ``gluon.Trainer`` for
-:class:`elastic_mxnet.trainer.ElasticTrainer`; schedulers drive a running job
+:class:`elastic_mxnet.training.trainer.ElasticTrainer`; schedulers drive a running job
 through :class:`elastic_mxnet.job.ElasticJob`.
 
 Importing this package does not import MXNet; only ``trainer``, ``models``,

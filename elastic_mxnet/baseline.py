@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic_mxnet.wire import free_port
+from elastic_mxnet.protocol.wire import free_port
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,9 @@ def interruptions_ms(segments: list[Segment], params: int, workdir: Path) -> lis
 
 def worker_main(args: argparse.Namespace) -> int:
     """One dist_sync worker: (reload), train, (rank 0) checkpoint, barrier, exit."""
-    from elastic_mxnet import models
     from elastic_mxnet._mx import mx
-    from elastic_mxnet.sharder import DataSharder
+    from elastic_mxnet.training import models
+    from elastic_mxnet.training.sharder import DataSharder
 
     kv = mx.kv.create("dist_sync")
     net = models.build("mlp-params", args.params)

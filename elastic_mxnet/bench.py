@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 from elastic_mxnet.baseline import Segment, interruptions_ms
+from elastic_mxnet.coordination.spawner import COORDINATOR_ENV
 from elastic_mxnet.job import ElasticJob
-from elastic_mxnet.spawner import COORDINATOR_ENV
 
 CYCLE = [
     ("add_ps", {"ps": 2}),
@@ -193,7 +193,7 @@ def baseline_events(params: int, events: int, workdir: Path) -> dict[str, list[f
 
 def run(sizes: list[int], events: int, baseline: int) -> dict:
     """All measurements; the JSON document printed by ``--json``."""
-    from elastic_mxnet import models
+    from elastic_mxnet.training import models
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="elastic-bench-") as tmp:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from elastic_mxnet import models
 from elastic_mxnet._mx import mx
-from elastic_mxnet.trainer import ElasticTrainer, JobStopped
+from elastic_mxnet.training import models
+from elastic_mxnet.training.trainer import ElasticTrainer, JobStopped
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -12,8 +12,8 @@ import time
 
 import zmq
 
-from elastic_mxnet import wire
-from elastic_mxnet.messages import (
+from elastic_mxnet.protocol import wire
+from elastic_mxnet.protocol.messages import (
     Error,
     ScaleReply,
     ScaleRequest,

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from elastic_mxnet.config import JobConfig, Limits, Liveness, Sharding
-from elastic_mxnet.coordinator import Coordinator
-from elastic_mxnet.spawner import ProcessSpawner
+from elastic_mxnet.coordination.coordinator import Coordinator
+from elastic_mxnet.coordination.spawner import ProcessSpawner
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from elastic_mxnet.messages import OptimizerSpec
+from elastic_mxnet.protocol.messages import OptimizerSpec
 
 
 @dataclass

@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from elastic_mxnet import optim, snapshot, wire
-from elastic_mxnet.assignment import owned_by
-from elastic_mxnet.link import MemberLink, Orphaned
-from elastic_mxnet.messages import (
+from elastic_mxnet import optim, snapshot
+from elastic_mxnet.protocol import wire
+from elastic_mxnet.protocol.assignment import owned_by
+from elastic_mxnet.protocol.link import MemberLink, Orphaned
+from elastic_mxnet.protocol.messages import (
     Abort,
     Ack,
     Commit,

@@ -28,7 +28,7 @@ CYCLES = [
     ("dl2ray.learn.shape.trainer", "dl2ray.learn.rl"),  # learn.rl <-> learn.shape
     ("dl2ray.learn.shape.sl", "dl2ray.learn.sl"),  # learn.sl <-> learn.shape
     ("dl2ray.sched2.dqn", "dl2ray.sched2.imitation"),  # sched2.dqn <-> imitation <-> rollout
-    ("elastic_mxnet.messages", "elastic_mxnet.coordinator"),  # a new cycle where no layers contract is
+    ("elastic_mxnet.protocol.messages", "elastic_mxnet.coordination.coordinator"),  # no layers contract there
 ]
 
 

@@ -144,13 +144,13 @@ def _change(ray: Any, be: Any, host: Any, jid: int, workers: int) -> dict[str, A
 
     def resumed():
         st = ray.get(host.status.remote())
-        new = [e for e in st["events"][len(before["events"]):] if e["resumed_at"] is not None]
+        new = [e for e in st.events[len(before.events):] if e.resumed_at is not None]
         return (st, new[-1]) if new else None
 
     st, event = _wait(resumed, poll_s=0.02)
-    return {"first_iteration_s": event["resumed_at"] - t0, "apply_s": apply_s,
-            "suspension_ms": max(event["suspension_ms"].values()),
-            "warm": st["warm_taken"] > before["warm_taken"]}
+    return {"first_iteration_s": event.resumed_at - t0, "apply_s": apply_s,
+            "suspension_ms": max(event.suspension_ms.values()),
+            "warm": st.warm_taken > before.warm_taken}
 
 
 def scale_latency(pools: list[int], trials: int, cpus: int) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def scale_latency(pools: list[int], trials: int, cpus: int) -> dict[str, Any]:
             refill: list[float] = []
             be.snapshot()  # start with 1 PS + 1 worker (no worker continues: no first-iteration report)
             assert [a.ok for a in be.apply(Allocation({jid: Tasks(1, 1)})).actions] == [True]
-            _wait(lambda: ray.get(host.status.remote())["iteration"] or 0)  # noqa: B023
+            _wait(lambda: ray.get(host.status.remote()).iteration or 0)  # noqa: B023
             for _ in range(trials):
                 if pool is not None:
                     t = time.time()

@@ -43,8 +43,10 @@ def live_profile(config: Path | None, specs: Sequence[Path], out: Path, points: 
                  fit: str, window_iterations: int | None, window_seconds: float | None,
                  warmup_iterations: int, json_out: bool) -> None:
     """``dl2ray profile --live``: every spec timed as a real elastic MXNet job on this machine
-    (:mod:`clusters.profile_live`); the window from the CLI's three options."""
-    from clusters.profile_live import Window, run_cli
+    (:mod:`clusters.cli.profile_live`, measured by :mod:`clusters.profile_live`); the window from the CLI's
+    three options."""
+    from clusters.cli.profile_live import run_cli
+    from clusters.profile_live import Window
 
     window = Window.of(window_iterations, window_seconds, warmup_iterations)
     run_cli(config, specs, out, points, fit, window, json_out)

@@ -21,7 +21,7 @@ import signal
 import sys
 
 from elastic_mxnet.config import JobConfig, Limits, Liveness
-from elastic_mxnet.coordinator import Coordinator
+from elastic_mxnet.coordination.coordinator import Coordinator
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -34,7 +34,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from clusters.agent.placement import MemberPlacer, final_target
-from clusters.agent.plan import PAUSED_PS, bounded, grows
+from clusters.agent.plan import PAUSED_PS, Changes, bounded
 from clusters.agent.reports import ApplyReport, ScaleAction
 from clusters.k8s import objects as ko
 from clusters.k8s.api import ApiGiveUp, KubeApi
@@ -53,7 +53,7 @@ from clusters.k8s.world import (
 from dl2ray.view import Allocation, Tasks
 from dl2ray.workload import JobCatalogue
 from elastic_mxnet.job import ScaleRefused
-from elastic_mxnet.messages import StatusReply
+from elastic_mxnet.protocol.messages import StatusReply
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ class Reconciler:
         self.world = world
         report = ApplyReport(slot)
         self._poll = PodPoll(self.api)
-        downs: list[tuple[JobState, ScaleAction]] = []
-        ups: list[tuple[JobState, ScaleAction]] = []
+        changes: Changes[JobState] = Changes(report)
         for js in self.world.jobs.values():
             if js.spec is None or js.phase in TERMINAL_JOBS:
                 continue
@@ -114,15 +113,12 @@ class Reconciler:
                 continue
             if target == (0, 0) and js.coordinator is None:
                 continue
-            if js.coord is not None and js.coord.operation is not None:
-                report.skipped_busy.append(js.name)
-                continue
-            action = ScaleAction(js.name, before, target)
-            (ups if grows(before, target) else downs).append((js, action))
-        self._run(downs, allocation, report)
-        if downs and ups:  # what the scale-downs freed is room for the scale-ups
+            busy = js.coord is not None and js.coord.operation is not None
+            changes.add(js, js.name, before, target, busy)
+        self._run(changes.downs, allocation, report)
+        if changes.downs and changes.ups:  # what the scale-downs freed is room for the scale-ups
             self.world.usage = node_usage(self.world.nodes, self.api.all_pods())
-        self._run(ups, allocation, report)
+        self._run(changes.ups, allocation, report)
         return report
 
     def _target(self, js: JobState, t: Tasks) -> tuple[int, int]:

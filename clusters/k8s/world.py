@@ -26,7 +26,7 @@ from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, check_spec, parse_jobspec
 from dl2ray.workload import JobCatalogue
 from elastic_mxnet.job import ElasticJob, ScaleRefused
-from elastic_mxnet.messages import ScaleReply, StatusReply
+from elastic_mxnet.protocol.messages import ScaleReply, StatusReply
 
 TERMINAL_PODS = ("Succeeded", "Failed")
 TERMINAL_JOBS = ("Succeeded", "Failed")

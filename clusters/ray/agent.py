@@ -127,7 +127,7 @@ class LiveAgentImpl:
         host = self.backend.hosts().get(name)
         if host is None:
             return None
-        st = ray.get(host.status.remote())
+        st = ray.get(host.status.remote()).to_dict()
         others = [_brief(j) for n, j in dict(self.backend.jobs).items() if n != name]
         return {**st, "queue": queue([*others, st], self.agent.last_decision).get(name)}
 

@@ -62,13 +62,14 @@ import numpy as np
 import ray
 
 from clusters.agent.placement import MemberPlacer, final_target
-from clusters.agent.plan import grows
+from clusters.agent.plan import Changes
 from clusters.agent.reports import ApplyReport, Nodes, ScaleAction
 from clusters.agent.views import job_id_of, live_job_view
 from clusters.ray.config import Reads
-from clusters.ray.job import JOB_PREFIX, TERMINAL, JobHost, host_name
+from clusters.ray.job import JOB_PREFIX, JobHost, host_name
+from clusters.ray.messages import TERMINAL, HostStatus, MemberRow, PushedReading, ScaleReply
 from clusters.ray.readings import get_readings
-from clusters.ray.record import delete_record
+from clusters.ray.record import SlotClock, delete_record
 from clusters.runtime import NAMESPACE
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, check_spec
@@ -137,18 +138,19 @@ class RayJob:
         return job_id_of(self.name)
 
     @classmethod
-    def from_status(cls, st: dict[str, Any], known: RayJob | None = None) -> RayJob:
+    def from_status(cls, st: HostStatus, known: RayJob | None = None) -> RayJob:
         """From a host's status; a brief one (``history_from`` > 0, or no ``spec``: a pushed reading)
         continues ``known``'s spec and history (``known.history`` must hold ``history_from`` observations)."""
-        new = tuple(Observation(h["slot"], h["ps"], h["workers"], h["epochs"], h["seconds"], h["loss"])
-                    for h in st["history"])
-        start = int(st.get("history_from", 0))
-        if known is not None and (start > 0 or "spec" not in st):
-            spec, history = known.spec, (known.history[:start] + new)[: int(st["history_len"])]
+        new = tuple(h.observation() for h in st.history)
+        start = st.history_from or 0
+        if known is not None and (start > 0 or st.spec is None):
+            assert st.history_len is not None
+            spec, history = known.spec, (known.history[:start] + new)[: st.history_len]
         else:
-            spec, history = JobSpec.model_validate(st["spec"]), new
-        return cls(st["name"], st["state"], spec, float(st["submitted_at"]), float(st["epochs_done"]),
-                   members_of(st["members"]), history, bool(st["busy"]))
+            assert st.spec is not None, "a first read carries the spec"
+            spec, history = st.spec, new
+        return cls(st.name, st.state, spec, st.submitted_at, st.epochs_done, members_of(st.members), history,
+                   st.busy)
 
     @property
     def terminal(self) -> bool:
@@ -166,8 +168,8 @@ class RayJob:
         return (self.spec.ps if role == "ps" else self.spec.worker).as_array()
 
 
-def members_of(rows: list[dict[str, Any]]) -> list[Member]:
-    return [Member(m["role"], m["node"], m["state"]) for m in rows]
+def members_of(rows: tuple[MemberRow, ...]) -> list[Member]:
+    return [Member(m.role, m.node, m.state) for m in rows]
 
 
 class RayBackend:
@@ -194,7 +196,7 @@ class RayBackend:
         self._hosts_at = self._nodes_at = -math.inf  # monotonic times of the last listing and node read
         self._read_at: dict[str, int] = {}  # job → the last slot it had its reading for (pushed or asked)
         self._resync: dict[str, Any] = {}  # job → ref of a direct read issued without waiting (late job)
-        self._answered: dict[str, dict[str, Any]] = {}  # job → its host's last status() answer (statuses)
+        self._answered: dict[str, HostStatus] = {}  # job → its host's last status() answer (statuses)
 
     # ---- the world ------------------------------------------------------------
 
@@ -212,18 +214,19 @@ class RayBackend:
             self._hosts_at = now
         return dict(self._handles)
 
-    def _clock(self) -> dict[str, float] | None:
+    def _clock(self) -> SlotClock | None:
         """The slot clock hosts push their readings at (``slot_status``'s ``clock``); None: no pushes."""
         if not self.reads.push:
             return None
-        return {"epoch": self.epoch, "slot_seconds": self.slot_seconds, "lead_s": self.lead_s}
+        return SlotClock(epoch=self.epoch, slot_seconds=self.slot_seconds, lead_s=self.lead_s)
 
     def statuses(self, hosts: dict[str, Any] | None = None,
                  timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
-        """Job → its host's ``status()`` now, with ``answering: True``. A listed host that does not answer
-        within ``timeout_s`` (ending its members, restarting, a loaded machine) keeps its job in the
-        listing: its last answer, with ``answering: False`` (a host never answered yet is left out until it
-        does). A host no longer listed (removed) is no job any more."""
+        """Job → its host's ``status()`` now (:meth:`~clusters.ray.messages.HostStatus.to_dict`, the JSON
+        of ``dl2ray jobs status``), with ``answering: True``. A listed host that does not answer within
+        ``timeout_s`` (ending its members, restarting, a loaded machine) keeps its job in the listing: its
+        last answer, with ``answering: False`` (a host never answered yet is left out until it does). A
+        host no longer listed (removed) is no job any more."""
         hosts = self.hosts() if hosts is None else hosts
         answers = _gather({name: h.status.remote() for name, h in hosts.items()}, timeout_s)
         for name in list(self._answered):
@@ -232,9 +235,10 @@ class RayBackend:
         out = {}
         for name in hosts:
             if name in answers:
-                out[name] = self._answered[name] = {**answers[name], "answering": True}
+                self._answered[name] = answers[name]
+                out[name] = {**answers[name].to_dict(), "answering": True}
             elif name in self._answered:
-                out[name] = {**self._answered[name], "answering": False}
+                out[name] = {**self._answered[name].to_dict(), "answering": False}
         return out
 
     def adopt(self) -> int:
@@ -256,13 +260,15 @@ class RayBackend:
             spec.model_dump_json(), job_id_of(spec.name), time.time(), self.heartbeat_timeout_s,
             self.register_timeout_s, self.orphan_timeout_s)
         self._handles[spec.name] = host  # read at the next snapshot, whatever the listing's age
-        return ray.get(host.status.remote())
+        status: HostStatus = ray.get(host.status.remote())
+        return status.to_dict()
 
     def cancel(self, name: str) -> dict[str, Any]:
         host = self.hosts().get(name)
         if host is None:
             raise UserError(f"no job named {name!r}")
-        return ray.get(host.cancel.remote())
+        reply: ScaleReply = ray.get(host.cancel.remote())
+        return reply.model_dump(include={"ok", "reason"})
 
     def remove(self, name: str) -> None:
         """End a job's host actor (after cancel or finish): the job disappears from the cluster."""
@@ -346,7 +352,7 @@ class RayBackend:
                 job, fresh = self._pushed(known, reading, answers.get(name), slot)
                 if fresh and reading is not None:
                     counts["pushed"] += 1
-                    ages.append((now - reading["pushed_at"]) * 1e3)
+                    ages.append((now - reading.pushed_at) * 1e3)
                 else:
                     counts["late"] += 1
                     counts["resync"] += self._resync_if_due(name, hosts[name], job, slot)
@@ -354,7 +360,7 @@ class RayBackend:
                 jobs[name] = job
         return jobs
 
-    def _must_ask(self, name: str, pushed: dict[str, dict[str, Any]]) -> bool:
+    def _must_ask(self, name: str, pushed: dict[str, PushedReading]) -> bool:
         """Ask the host and wait: a job never read, one whose reading does not continue what the backend
         knows (it missed more than the readings' last observations, or the host follows another clock),
         every job with ``push`` off."""
@@ -388,7 +394,7 @@ class RayBackend:
         self._read_at[name] = slot
         return job
 
-    def _pushed(self, known: RayJob, reading: dict[str, Any] | None, answer: dict[str, Any] | None,
+    def _pushed(self, known: RayJob, reading: PushedReading | None, answer: HostStatus | None,
                 slot: int) -> tuple[RayJob, bool]:
         """``known`` brought up to date by a late direct read's ``answer``, then by the pushed ``reading``
         (the host's latest knowledge, whatever its slot); fresh (True) if the reading is this slot's, else
@@ -398,16 +404,16 @@ class RayBackend:
             job = RayJob.from_status(answer, job)
         if reading is not None and self._fits(reading, job):  # (it may not after the answer)
             job = RayJob.from_status(reading, job)
-            if reading["slot"] >= slot:
+            if reading.slot >= slot:
                 self._read_at[job.name] = slot
                 return job, True
         job.busy = True
         return job, False
 
-    def _fits(self, reading: dict[str, Any], known: RayJob) -> bool:
+    def _fits(self, reading: PushedReading, known: RayJob) -> bool:
         """A reading at this backend's slots that continues what it knows of the job's history."""
-        return (reading["epoch"] == self.epoch and reading["slot_seconds"] == self.slot_seconds
-                and reading["history_from"] <= len(known.history))
+        return (reading.epoch == self.epoch and reading.slot_seconds == self.slot_seconds
+                and (reading.history_from or 0) <= len(known.history))
 
     def _resync_if_due(self, name: str, host: Any, job: RayJob, slot: int) -> bool:
         """Ask a late job's host directly, without waiting (the answer is read at a later snapshot), once
@@ -418,9 +424,9 @@ class RayBackend:
         self._resync[name] = self._ask(host, name, slot)
         return True
 
-    def _returned_resyncs(self) -> dict[str, dict[str, Any] | None]:
+    def _returned_resyncs(self) -> dict[str, HostStatus | None]:
         """The direct reads of late jobs that have returned: job → answer (None: the host did not answer)."""
-        out: dict[str, dict[str, Any] | None] = {}
+        out: dict[str, HostStatus | None] = {}
         for name, ref in list(self._resync.items()):
             if not ray.wait([ref], timeout=0)[0]:
                 continue
@@ -441,8 +447,7 @@ class RayBackend:
     def apply(self, allocation: Allocation) -> ApplyReport:
         """Deltas of ``allocation`` against the last snapshot, as scale calls (module docstring)."""
         report = ApplyReport(self.slot_now())
-        downs: list[tuple[ScaleAction, RayJob]] = []
-        ups: list[tuple[ScaleAction, RayJob]] = []
+        changes: Changes[RayJob] = Changes(report)
         for job in self.jobs.values():
             if job.terminal or (job.state == "pending" and job.job_id not in allocation.tasks):
                 continue
@@ -451,17 +456,13 @@ class RayBackend:
             before = job.plan()
             if target == before:
                 continue
-            if job.busy or job.name in self._pending:
-                report.skipped_busy.append(job.name)
-                continue
-            action = ScaleAction(job.name, before, target)
-            (ups if grows(before, target) else downs).append((action, job))
-        self._run([(a, [], []) for a, _ in downs], report)
-        if not ups:
+            changes.add(job, job.name, before, target, busy=job.busy or job.name in self._pending)
+        self._run([(a, [], []) for _, a in changes.downs], report)
+        if not changes.ups:
             return report
         placer = MemberPlacer(self.nodes.capacity, self._usage(), self.placement, self.catalogue)
         placed = []
-        for action, job in ups:
+        for job, action in changes.ups:
             nodes = self._place(placer, action, job, allocation)
             if nodes is not None:
                 placed.append((action, *nodes))
@@ -524,14 +525,14 @@ class RayBackend:
 
     def _finish(self, action: ScaleAction, ref: Any) -> None:
         try:
-            res = ray.get(ref)
+            res: ScaleReply = ray.get(ref)
         except ray.exceptions.RayError as exc:
             action.ok, action.reason = False, type(exc).__name__
             return
-        action.ok, action.reason = bool(res["ok"]), res.get("reason", "")
-        action.seconds = res.get("seconds", 0.0)
-        if "members" in res and action.job in self.jobs:
-            self.jobs[action.job].members = members_of(res["members"])
+        action.ok, action.reason = res.ok, res.reason
+        action.seconds = res.seconds or 0.0
+        if res.members is not None and action.job in self.jobs:
+            self.jobs[action.job].members = members_of(res.members)
 
     def _forget_returned_calls(self) -> None:
         """Forget scale calls of earlier slots that have returned (their result is in the job's actions)."""
@@ -540,7 +541,7 @@ class RayBackend:
                 del self._pending[name]
 
 
-def _gather(refs: dict[str, Any], timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+def _gather(refs: dict[str, Any], timeout_s: float = 30.0) -> dict[str, HostStatus]:
     """The hosts' answers, awaited together; one that died or did not answer in ``timeout_s`` is left out."""
     if refs:
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)

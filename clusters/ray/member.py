@@ -28,6 +28,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from clusters.ray.messages import MemberActorInfo
 from clusters.runtime import NAMESPACE, actor_class
 from dl2ray.jobspec import TaskDemand
 
@@ -55,11 +56,11 @@ class MemberImpl:
             for module in ("elastic_mxnet.server", "elastic_mxnet.demo_train"):
                 importlib.import_module(module)  # imports MXNet: the cost a warm member saves its job
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> MemberActorInfo:
         """pid, Ray node id, the job and role it serves (None while idle), its coordinator, exit code."""
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "job": self.job,
-                "role": self.role, "coordinator": self.coordinator, "exit_code": self.exit_code,
-                "warm": self.warm}
+        return MemberActorInfo(pid=os.getpid(), node=ray.get_runtime_context().get_node_id(), job=self.job,
+                               role=self.role, coordinator=self.coordinator, exit_code=self.exit_code,
+                               warm=self.warm)
 
     def start(self, job: str, role: str, coordinator: str, worker_args: list[str]) -> tuple[int, str]:
         """Become ``role`` of ``job`` and run it in a thread (idempotent for the same job and role).
@@ -140,7 +141,7 @@ def member_handles() -> dict[str, Any]:
     return out
 
 
-def member_infos(handles: dict[str, Any], timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+def member_infos(handles: dict[str, Any], timeout_s: float = 30.0) -> dict[str, MemberActorInfo]:
     """``info()`` of these members, asked together; members that did not answer are left out."""
     refs = {name: h.info.remote() for name, h in handles.items()}
     if not refs:

@@ -72,8 +72,8 @@ class WarmPoolImpl:
         """Idle warm members alive in the namespace (a restarted pool finds the ones it had)."""
         handles = member_handles()
         for name, info in member_infos(handles).items():
-            if info["warm"] and info["job"] is None:
-                self.idle[name] = Pooled(name, handles[name], info["node"], None, time.time(), ready=True)
+            if info.warm and info.job is None:
+                self.idle[name] = Pooled(name, handles[name], info.node, None, time.time(), ready=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refill_interval_s):

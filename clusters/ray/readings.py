@@ -36,27 +36,28 @@ empty. One GCS round trip per slot is the price.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ray.experimental import internal_kv
 
+from clusters.ray.messages import PushedReading
 from clusters.ray.record import KV_NAMESPACE, reading_key
 
 TAIL = 4
 """Slot observations in a pushed reading: the last ones (a reader that missed a few readings catches up)."""
 
 
-def put_reading(job: str, reading: dict[str, Any]) -> None:
+def put_reading(job: str, reading: PushedReading) -> None:
     """Store ``job``'s reading (JSON; NaN losses as JSON's ``NaN``), replacing the previous one."""
-    internal_kv._internal_kv_put(reading_key(job), json.dumps(reading).encode(), overwrite=True,
+    internal_kv._internal_kv_put(reading_key(job), json.dumps(reading.to_dict()).encode(), overwrite=True,
                                  namespace=KV_NAMESPACE)
 
 
-def get_readings(jobs: list[str]) -> dict[str, dict[str, Any]]:
+def get_readings(jobs: list[str]) -> dict[str, PushedReading]:
     """The stored readings of ``jobs`` in one GCS call; a job without one is absent."""
     if not jobs:
         return {}
     gcs = internal_kv.internal_kv_get_gcs_client()
     raw = gcs.internal_kv_multi_get([reading_key(j) for j in jobs], KV_NAMESPACE.encode())
-    return {j: json.loads(raw[reading_key(j)]) for j in jobs if raw.get(reading_key(j)) is not None}
+    return {j: PushedReading.from_dict(json.loads(raw[reading_key(j)])) for j in jobs
+            if raw.get(reading_key(j)) is not None}
 

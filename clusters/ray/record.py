@@ -14,10 +14,12 @@ Ray cluster and is deleted when the job is removed or the cluster goes down.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray.experimental import internal_kv
+
+from clusters.ray.messages import ScaleCall, SlotObservation
+from elastic_mxnet.protocol.messages import ScalingEvent
 
 KV_NAMESPACE = "dl2ray"
 
@@ -52,9 +54,9 @@ class HostRecord(BaseModel):
     started_at: float | None = None
     finished_at: float | None = None
     restarts: int = Field(default=0, ge=0, description="host restarts so far")
-    history: list[dict[str, Any]] = Field(default_factory=list, description="one per slot marked")
-    actions: list[dict[str, Any]] = Field(default_factory=list, description="every scale call")
-    events: list[dict[str, Any]] = Field(default_factory=list, description="scaling events, as last read")
+    history: list[SlotObservation] = Field(default_factory=list, description="one per slot marked")
+    actions: list[ScaleCall] = Field(default_factory=list, description="every scale call")
+    events: list[ScalingEvent] = Field(default_factory=list, description="scaling events, as last read")
     clock: SlotClock | None = Field(default=None, description="the slots the host pushes its readings at "
                                     "(clusters/ray/readings.py); None: no agent has asked for them")
 

@@ -64,7 +64,7 @@ class MemberRecord:
 
 @dataclass
 class RaySpawner:
-    """Starts members of one job as Ray actors (the ``elastic_mxnet.spawner.Spawner`` protocol).
+    """Starts members of one job as Ray actors (the ``elastic_mxnet.coordination.spawner.Spawner`` protocol).
 
     ``worker_args``: the worker's ``demo_train`` arguments; ``worker``/``ps``: per-task demand;
     ``pool``: name of the warm pool actor to take members from (None: always cold).
@@ -121,13 +121,14 @@ class RaySpawner:
         infos = member_infos(handles := member_handles())
         address = None
         for name, info in sorted(infos.items()):
-            if info["job"] != self.job:
+            if info.job != self.job:
                 continue
             handle = handles[name]
-            rec = MemberRecord(name, info["role"], handle, handle.wait.remote(), None, info["node"],
-                               time.time(), bool(info["warm"]), info["pid"], info["node"])
+            assert info.role is not None  # it serves this job
+            rec = MemberRecord(name, info.role, handle, handle.wait.remote(), None, info.node, time.time(),
+                               info.warm, info.pid, info.node)
             self.members[name] = rec
-            address = address or info["coordinator"]
+            address = address or info.coordinator
         self.seq = len(self.members)
         return address
 

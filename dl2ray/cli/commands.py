@@ -291,7 +291,7 @@ class Plugins:
     (N ≥ 2) hands its parsed options to (see :class:`dl2ray.cli.train.MultiAgentRL`).
     ``live_demo``: ``dl2ray demo --live`` (the ``clusters`` plugin: real jobs on local Ray).
     ``live_profile``: ``dl2ray profile --live`` (the ``clusters`` plugin: real elastic MXNet jobs timed
-    on this machine; :func:`clusters.profile_live.run_cli`'s arguments, the window as its three options).
+    on this machine; :func:`clusters.cli.profile_live.run_cli`'s arguments, the window as its three options).
     ``loaded``: names of the plugins registered; ``failed``: name → why one did not load.
     """
 

@@ -336,7 +336,7 @@ def testbed(nodes: int, inter_mbps: float) -> Iterator[Topology]:
 
 @dataclass
 class NetnsSpawner:
-    """An :class:`elastic_mxnet.spawner.Spawner` that starts each member in its emulated node.
+    """An :class:`elastic_mxnet.coordination.spawner.Spawner` that starts each member in its emulated node.
 
     ``ps_slots`` / ``worker_slots``: (namespace, address) of the next PS / worker to start, in order.
     A PS binds its node's address, so traffic to it from another node crosses both nodes' links and
@@ -416,7 +416,7 @@ def _measure(spec: dict, job: Any) -> tuple[list[tuple[float, int]], list[list[f
 def helper_job(spec: dict) -> dict:
     """Run one job (inside the control namespace) and measure it; see the module docstring."""
     from elastic_mxnet.config import JobConfig, Limits, Liveness, Sharding
-    from elastic_mxnet.coordinator import Coordinator
+    from elastic_mxnet.coordination.coordinator import Coordinator
     from elastic_mxnet.job import ElasticJob
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}
@@ -563,7 +563,7 @@ def run_layout(topo: Topology, plan: LayoutPlan, params: int, s: Settings) -> di
 
 def actual_params(params: int) -> int:
     """Parameters of ``mlp-params`` sized for ``params`` (the width is rounded), without MXNet."""
-    from elastic_mxnet.models import mlp_hidden_for
+    from elastic_mxnet.training.models import mlp_hidden_for
 
     in_units, classes = 32, 10
     h = mlp_hidden_for(params, in_units, classes)

@@ -50,7 +50,7 @@ from clusters.k8s.world import Coordinators  # noqa: E402
 from dl2ray.config import load_config  # noqa: E402
 from dl2ray.jobspec import JobSpec  # noqa: E402
 from dl2ray.view import Allocation, Tasks  # noqa: E402
-from elastic_mxnet.messages import MemberInfo, ScaleReply, StatusReply  # noqa: E402
+from elastic_mxnet.protocol.messages import MemberInfo, ScaleReply, StatusReply  # noqa: E402
 
 REPO = HERE.parents[1]
 NS = "default"

@@ -61,9 +61,9 @@ def _job(view, job_id):
 
 def reference_params(spec: JobSpec) -> list[np.ndarray]:
     """The same training in one process with stock ``gluon.Trainer`` (no PS, no scaling)."""
-    from elastic_mxnet import models
     from elastic_mxnet._mx import mx
-    from elastic_mxnet.sharder import DataSharder
+    from elastic_mxnet.training import models
+    from elastic_mxnet.training.sharder import DataSharder
 
     net = models.build(spec.model)
     models.init_params(net, spec.seed)

@@ -1,5 +1,5 @@
 """A job stays in the listing while its host is slow (clusters/ray/backend.py ``statuses``), and a host
-ending its members does not hold its listing up for the grace it gives them (clusters/ray/job.py
+ending its members does not hold its listing up for the grace it gives them (clusters/ray/host/members.py
 ``close_members``). On the session's local Ray, with small stand-in actors: no MXNet member runs."""
 
 from __future__ import annotations
@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
+SLOW = dict(name="slow", job_id=1, job_type="resnet-50", state="running", reason="", submitted_at=1.0,
+            started_at=None, finished_at=None, ps=0, workers=0, members=(), epochs_done=0.0,
+            est_epochs=1.0, iteration=None, samples_per_s=0.0, operation=None, busy=False, spawned=0,
+            warm_taken=0, restarts=0)
+"""The stand-in host's status (a dict: the actor class is pickled by value, this module's functions not)."""
+
+
 def _gate_class(ray):
     @ray.remote(max_concurrency=4)
     class Gate:
@@ -32,9 +39,11 @@ def _gate_class(ray):
         def open_gate(self) -> None:
             self.opened.set()
 
-        def status(self) -> dict:
+        def status(self):
+            from clusters.ray.messages import HostStatus
+
             self.opened.wait()
-            return {"name": "slow", "state": "running", "submitted_at": 1.0}
+            return HostStatus(**SLOW)
 
         def wait(self) -> int:
             self.opened.wait()
@@ -50,8 +59,9 @@ def test_a_host_that_does_not_answer_keeps_its_job_in_the_listing(ray_session) -
     catalogue = load_config(ROOT / "configs" / "testbed.yaml").catalogue
     be = RayBackend(catalogue, slot_seconds=1.0, epoch=time.time())
     host = _gate_class(ray).remote()
-    assert be.statuses({"slow": host})["slow"] == {"name": "slow", "state": "running", "submitted_at": 1.0,
-                                                    "answering": True}
+    from clusters.ray.messages import HostStatus
+
+    assert be.statuses({"slow": host})["slow"] == {**HostStatus(**SLOW).to_dict(), "answering": True}
     ray.get(host.close_gate.remote())
     late = be.statuses({"slow": host}, timeout_s=0.5)
     assert late["slow"]["answering"] is False and late["slow"]["state"] == "running"  # its last answer
@@ -65,7 +75,7 @@ def test_a_host_that_does_not_answer_keeps_its_job_in_the_listing(ray_session) -
 
 
 def test_ending_members_leaves_the_hosts_lock_free_during_the_grace(ray_session) -> None:
-    from clusters.ray.job import close_members
+    from clusters.ray.host.members import close_members
     from clusters.ray.spawner import MemberRecord, RaySpawner
 
     ray = ray_session

@@ -66,9 +66,9 @@ def test_readings_arrive_without_a_call_to_any_host(backend) -> None:
 
     from clusters.ray.readings import get_readings
 
-    slots = {n: r["slot"] for n, r in get_readings(names).items()}
+    slots = {n: r.slot for n, r in get_readings(names).items()}
     wait_for("the hosts to push the next slot's readings on their own",
-             lambda: all(r["slot"] > slots[n] for n, r in get_readings(names).items()), progress=be.slot_now)
+             lambda: all(r.slot > slots[n] for n, r in get_readings(names).items()), progress=be.slot_now)
 
 
 def test_a_late_reading_leaves_the_job_alone_that_slot_and_it_is_read_the_next(backend) -> None:
@@ -108,13 +108,13 @@ def test_a_restarted_host_resumes_pushing_at_the_agents_slots(backend) -> None:
                       and r)
     assert record.clock.epoch == be.epoch and record.clock.slot_seconds == be.slot_seconds
 
-    restarts = ray.get(host.status.remote())["restarts"]
+    restarts = ray.get(host.status.remote()).restarts
     ray.kill(host, no_restart=False)
     wait_for("the host to come back", lambda: _restarts(ray, host) > restarts)
     now = be.slot_now()
     # no snapshot, no call of the backend: only the clock from its record makes the host open a later slot
     wait_for("the restarted host's own pushes",
-             lambda: get_readings(["restart-a"])["restart-a"]["slot"] > now, progress=be.slot_now)
+             lambda: get_readings(["restart-a"])["restart-a"].slot > now, progress=be.slot_now)
 
     def fresh():
         be.snapshot()
@@ -126,7 +126,7 @@ def test_a_restarted_host_resumes_pushing_at_the_agents_slots(backend) -> None:
 
 def _restarts(ray, host) -> int:
     try:
-        return ray.get(host.status.remote(), timeout=30)["restarts"]
+        return ray.get(host.status.remote(), timeout=30).restarts
     except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
         return -1
 

@@ -92,7 +92,7 @@ def _restarted(ray, host, restarts: int):
         st = ray.get(host.status.remote(), timeout=30)
     except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
         return None
-    return st if st["restarts"] >= restarts and st["state"] == "running" and st["workers"] > 0 else None
+    return st if st.restarts >= restarts and st.state == "running" and st.workers > 0 else None
 
 
 @pytest.mark.ray
@@ -135,8 +135,8 @@ def test_warm_scale_up_then_host_killed_mid_run_job_finishes_with_unscaled_param
         members = {m["name"] for m in st["members"]}
         ray.kill(host, no_restart=False)  # Ray restarts it: the coordinator's thread died with it
         st = wait_for("the host to come back and rebuild", lambda: _restarted(ray, host, 1))
-        assert {m["name"] for m in st["members"]} == members  # the same member actors, re-adopted
-        assert st["workers"] == 2 and st["ps"] == 1
+        assert {m.name for m in st.members} == members  # the same member actors, re-adopted
+        assert st.workers == 2 and st.ps == 1
         wait_for("training to go on", lambda: epochs() > e0 + 0.5, progress=epochs)
         done = wait_for("the job to finish", lambda: (s := be.statuses()[spec.name])["state"] == "finished"
                         and s, progress=epochs)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clusters.agent.plan import PAUSED_PS, bounded, grows
+from clusters.agent.plan import PAUSED_PS, Changes, bounded, grows
+from clusters.agent.reports import ApplyReport
 from dl2ray.jobspec import JobSpec
 
 SPEC = JobSpec.model_validate({"name": "j", "job_type": "resnet-50", "epochs": 1,
@@ -32,5 +33,17 @@ def test_both_backends_use_the_shared_rules() -> None:
     import clusters.ray.backend as ray_backend
     import clusters.ray.job as ray_job
 
-    assert k8s.bounded is bounded and k8s.grows is grows and k8s.PAUSED_PS == PAUSED_PS
-    assert ray_job.bounded is bounded and ray_backend.grows is grows
+    assert k8s.bounded is bounded and k8s.Changes is Changes and k8s.PAUSED_PS == PAUSED_PS
+    assert ray_job.bounded is bounded and ray_backend.Changes is Changes
+
+
+def test_a_slots_changes_put_downs_before_ups_and_leave_busy_jobs_alone() -> None:
+    report = ApplyReport(3)
+    changes: Changes[str] = Changes(report)
+    changes.add("a", "a", (1, 2), (1, 4), busy=False)
+    changes.add("b", "b", (2, 2), (1, 2), busy=False)
+    changes.add("c", "c", (1, 1), (0, 0), busy=False)
+    changes.add("d", "d", (1, 1), (2, 2), busy=True)
+    assert [(j, a.before, a.target) for j, a in changes.ups] == [("a", (1, 2), (1, 4))]
+    assert [j for j, _ in changes.downs] == ["b", "c"]
+    assert report.skipped_busy == ["d"] and report.actions == []  # the backend reports what it runs

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elastic_mxnet.coordinator import Coordinator
+from elastic_mxnet.coordination.coordinator import Coordinator
 from elastic_mxnet.job import ElasticJob
-from elastic_mxnet.messages import StatusReply
+from elastic_mxnet.protocol.messages import StatusReply
 
 PY = sys.executable
 TRAIN = [PY, "-m", "elastic_mxnet.demo_train"]
@@ -185,9 +185,9 @@ def reference_params(
     seed: int = 0,
 ) -> list[np.ndarray]:
     """The same training as ``demo_train`` in one process with stock ``gluon.Trainer``."""
-    from elastic_mxnet import models
     from elastic_mxnet._mx import mx
-    from elastic_mxnet.sharder import DataSharder
+    from elastic_mxnet.training import models
+    from elastic_mxnet.training.sharder import DataSharder
 
     net = models.build(model)
     models.init_params(net, seed)

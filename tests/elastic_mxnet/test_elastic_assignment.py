@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic_mxnet.assignment import (
+from elastic_mxnet.protocol.assignment import (
     UNASSIGNED,
     best_fit,
     is_balanced,

@@ -34,7 +34,7 @@ def test_usage_errors_exit_2_without_traceback(args, message):
 
 
 def test_ctl_without_a_coordinator_fails_cleanly():
-    from elastic_mxnet.wire import free_port
+    from elastic_mxnet.protocol.wire import free_port
 
     result = _run(
         "elastic_mxnet.ctl", "--timeout", "0.5", f"tcp://127.0.0.1:{free_port()}", "status"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elastic_mxnet.clock import Progress, estimated_iteration, scaling_clock
+from elastic_mxnet.coordination.clock import Progress, estimated_iteration, scaling_clock
 
 
 def test_clock_is_one_past_the_extrapolated_progress_plus_the_margin():

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import zmq
 
-from elastic_mxnet import wire
 from elastic_mxnet.job import ElasticJob, ScaleRefused
-from elastic_mxnet.messages import (
+from elastic_mxnet.protocol import wire
+from elastic_mxnet.protocol.messages import (
     PROTOCOL_VERSION,
     Error,
     ProtocolError,

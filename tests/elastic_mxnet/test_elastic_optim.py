@@ -7,7 +7,7 @@ import pytest
 
 from elastic_mxnet import optim
 from elastic_mxnet._mx import mx
-from elastic_mxnet.messages import OptimizerSpec
+from elastic_mxnet.protocol.messages import OptimizerSpec
 
 
 @pytest.mark.parametrize(

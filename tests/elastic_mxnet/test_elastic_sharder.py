@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_mxnet.sharder import DataSharder
+from elastic_mxnet.training.sharder import DataSharder
 
 
 @given(

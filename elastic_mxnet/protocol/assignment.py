@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from elastic_mxnet.messages import ChunkSpec
+from elastic_mxnet.protocol.messages import ChunkSpec
 
 UNASSIGNED = -1
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import zmq
 
-from elastic_mxnet.messages import Error, ProtocolError, _Msg, decode, encode
+from elastic_mxnet.protocol.messages import Error, ProtocolError, _Msg, decode, encode
 
 
 def new_dealer(ctx: zmq.Context, address: str, identity: bytes | None = None) -> zmq.Socket:

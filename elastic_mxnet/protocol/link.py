@@ -6,7 +6,7 @@ Both PS and workers hold one :class:`MemberLink` (a DEALER). The owner polls
 must act on), and calls :meth:`MemberLink.tick` often to send heartbeats.
 
 When a restarted coordinator answers a heartbeat with ``unknown_member``, the
-link re-registers with :class:`~elastic_mxnet.messages.Rejoin`, built by the
+link re-registers with :class:`~elastic_mxnet.protocol.messages.Rejoin`, built by the
 owner's ``rejoin`` callback from its current state.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import zmq
 
-from elastic_mxnet import wire
-from elastic_mxnet.messages import (
+from elastic_mxnet.protocol import wire
+from elastic_mxnet.protocol.messages import (
     Error,
     Heartbeat,
     HeartbeatAck,

@@ -37,11 +37,12 @@ from typing import Literal
 import numpy as np
 import zmq
 
-from elastic_mxnet import wire
 from elastic_mxnet._mx import mx
-from elastic_mxnet.assignment import owned_by
-from elastic_mxnet.link import MemberLink, Orphaned
-from elastic_mxnet.messages import (
+from elastic_mxnet.optim import spec_from_gluon
+from elastic_mxnet.protocol import wire
+from elastic_mxnet.protocol.assignment import owned_by
+from elastic_mxnet.protocol.link import MemberLink, Orphaned
+from elastic_mxnet.protocol.messages import (
     Abort,
     Ack,
     Commit,
@@ -61,8 +62,7 @@ from elastic_mxnet.messages import (
     Suspended,
     _Msg,
 )
-from elastic_mxnet.optim import spec_from_gluon
-from elastic_mxnet.sharder import DataSharder
+from elastic_mxnet.training.sharder import DataSharder
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ A scaling operation (one at a time):
    *standby*); a scale request waits for enough of them, asking the spawner
    for the missing ones.
 2. *Plan*: the coordinator computes the new assignment (minimal movement, see
-   :func:`~elastic_mxnet.assignment.rebalance`) and the *scaling clock*: one
+   :func:`~elastic_mxnet.protocol.assignment.rebalance`) and the *scaling clock*: one
    iteration past the furthest worker's estimated progress (last reported
    iteration + rate x time since, capped), plus the iterations that run during
    a round trip (``ceil(rate x (2 rtt + 10 ms))``). ``Prepare`` goes to every
@@ -35,25 +35,35 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 
-from elastic_mxnet import wire
-from elastic_mxnet.assignment import best_fit, chunk_sizes_bytes, make_layout, rebalance, substitute
-from elastic_mxnet.clock import Progress, scaling_clock
 from elastic_mxnet.config import JobConfig
-from elastic_mxnet.messages import (
+from elastic_mxnet.coordination.clock import Progress, scaling_clock
+from elastic_mxnet.coordination.records import (
+    JobInfo,
+    Member,
+    Operation,
+    Request,
+    change_name,
+    job_info,
+    rebuilt_plan,
+    recovery,
+    scale_refusal,
+    status_reply,
+)
+from elastic_mxnet.coordination.spawner import Role, Spawner
+from elastic_mxnet.protocol import wire
+from elastic_mxnet.protocol.assignment import best_fit, chunk_sizes_bytes, make_layout, rebalance
+from elastic_mxnet.protocol.messages import (
     Abort,
     Ack,
     Commit,
     Heartbeat,
     HeartbeatAck,
     Leave,
-    MemberInfo,
     Migrated,
-    OptimizerSpec,
     Plan,
     Prepare,
     ProtocolError,
@@ -72,78 +82,14 @@ from elastic_mxnet.messages import (
     Suspended,
     _Msg,
 )
-from elastic_mxnet.spawner import Role, Spawner
 
-log = logging.getLogger("elastic_mxnet.coordinator")
-
-
-@dataclass
-class Member:
-    """What the coordinator knows of one registered process."""
-
-    member_id: int
-    role: str
-    ident: bytes
-    address: str
-    pid: int
-    last_seen: float
-    state: str = "standby"
-    version: int = -1
-    version_at: float = 0.0
-    rate: float = 0.0
-    rtt_s: float = 0.0
-    finished: bool = False
-
-
-@dataclass
-class JobInfo:
-    """The model and data every worker must agree on (from the first worker to register)."""
-
-    shapes: list[tuple[int, ...]]
-    optimizer: OptimizerSpec
-    global_batch: int
-    num_samples: int
-
-
-@dataclass
-class Request:
-    """A change waiting for its new members to register. ``ps``/``workers``: absolute targets."""
-
-    change: str
-    ps: int
-    workers: int
-    deadline: float
-    client: bytes | None = None
-    at_iteration: int | None = None
-    dead_ps: set[int] = field(default_factory=set)
-    dead_workers: set[int] = field(default_factory=set)
-    stop: bool = False
-
-
-@dataclass
-class Operation:
-    """A plan on its way through prepare -> commit -> resume."""
-
-    change: str
-    plan: Plan
-    need_ack: set[int]
-    need_done: set[int]
-    client: bytes | None
-    pinned: bool
-    started: float
-    phase: str = "prepare"
-    acked: set[int] = field(default_factory=set)
-    done: set[int] = field(default_factory=set)
-    attempts: int = 1
-    lost: int = 0
+log = logging.getLogger("elastic_mxnet.coordination.coordinator")
 
 
 class Coordinator:
     """The coordinator of one job. :meth:`serve` runs it until the job ends."""
 
-    def __init__(
-        self, config: JobConfig, spawner: Spawner | None = None, rejoin: bool = False
-    ) -> None:
+    def __init__(self, config: JobConfig, spawner: Spawner | None = None, rejoin: bool = False) -> None:
         self.config = config
         self.spawner = spawner
         self.ctx = zmq.Context()
@@ -166,9 +112,7 @@ class Coordinator:
         self.exit_code = 0
         self._rejoins: dict[int, Rejoin] = {}
         self._owns_snapshot_dir = not config.sharding.snapshot_dir
-        self.snapshot_dir = config.sharding.snapshot_dir or tempfile.mkdtemp(
-            prefix="elastic-mxnet-"
-        )
+        self.snapshot_dir = config.sharding.snapshot_dir or tempfile.mkdtemp(prefix="elastic-mxnet-")
         self._handlers: dict[type, Callable[[bytes, Any], None]] = {
             Register: self._on_register,
             Rejoin: self._on_rejoin,
@@ -252,31 +196,14 @@ class Coordinator:
             raise ProtocolError("a PS must register with its data address")
         if msg.role == "worker":
             self._check_job_info(msg)
-        member = Member(
-            self.next_member_id, msg.role, ident, msg.address, msg.pid, time.monotonic()
-        )
+        member = Member(self.next_member_id, msg.role, ident, msg.address, msg.pid, time.monotonic())
         self.next_member_id += 1
         self.members[member.member_id] = member
         log.info("registered %s %d (pid %d)", msg.role, member.member_id, msg.pid)
         self._send_registered(member)
 
     def _check_job_info(self, msg: Register | Rejoin) -> None:
-        if not msg.shapes or msg.optimizer is None or msg.global_batch < 1 or msg.num_samples < 1:
-            raise ProtocolError(
-                "a worker must register with shapes, optimizer, global_batch, num_samples"
-            )
-        info = JobInfo(
-            [tuple(s) for s in msg.shapes], msg.optimizer, msg.global_batch, msg.num_samples
-        )
-        if self.job is None:
-            self.job = info
-        elif not self.job.shapes and (info.optimizer, info.global_batch) == (
-            self.job.optimizer,
-            self.job.global_batch,
-        ):
-            self.job = info  # rebuilt from PS only (a paused job's restart): the first worker completes it
-        elif info != self.job:
-            raise ProtocolError("this worker's model, optimizer or batch differs from the job's")
+        self.job = job_info(self.job, msg)
 
     def _send_registered(self, member: Member) -> None:
         live = self.config.liveness
@@ -296,17 +223,10 @@ class Coordinator:
             if msg.member_id in self.departed:
                 wire.send(self.sock, Stop(reason="no longer a member of this job"), to=ident)
             else:
-                wire.reply_error(
-                    self.sock, ident, "unknown_member", f"member {msg.member_id} unknown"
-                )
+                wire.reply_error(self.sock, ident, "unknown_member", f"member {msg.member_id} unknown")
             return
-        now = time.monotonic()
-        member.ident, member.last_seen, member.rtt_s = ident, now, msg.rtt_ms / 1e3
-        if msg.version != member.version:
-            if member.version >= 0 and now > member.version_at:
-                inst = (msg.version - member.version) / (now - member.version_at)
-                member.rate = inst if member.rate == 0 else 0.7 * member.rate + 0.3 * inst
-            member.version, member.version_at = msg.version, now
+        member.ident = ident
+        member.heard(msg.version, msg.rtt_ms / 1e3, time.monotonic())
         wire.send(self.sock, HeartbeatAck(), to=ident)
 
     def _on_leave(self, _ident: bytes, msg: Leave) -> None:
@@ -324,9 +244,7 @@ class Coordinator:
         timeout = self.config.liveness.heartbeat_timeout_s
         for member in list(self.members.values()):
             if not member.finished and now - member.last_seen > timeout:
-                log.warning(
-                    "%s %d missed heartbeats for %.1f s", member.role, member.member_id, timeout
-                )
+                log.warning("%s %d missed heartbeats for %.1f s", member.role, member.member_id, timeout)
                 self._declare_dead(member)
 
     def _declare_dead(self, member: Member) -> None:
@@ -357,44 +275,30 @@ class Coordinator:
             return
         assert self.plan is not None
         if ps == len(self.plan.ps) and workers == len(self.plan.workers):
-            wire.send(
-                self.sock,
-                ScaleReply(ok=True, reason="no change", plan_id=self.plan.plan_id),
-                to=ident,
-            )
+            wire.send(self.sock, ScaleReply(ok=True, reason="no change", plan_id=self.plan.plan_id), to=ident)
             return
-        change = _change_name(len(self.plan.ps), ps, len(self.plan.workers), workers)
+        change = change_name(len(self.plan.ps), ps, len(self.plan.workers), workers)
         deadline = time.monotonic() + self.config.limits.register_timeout_s
         self.request = Request(change, ps, workers, deadline, ident, msg.at_iteration)
         self._spawn_missing(ps - len(self.plan.ps), workers - len(self.plan.workers))
 
     def _check_scale(self, msg: ScaleRequest) -> tuple[str, int, int]:
-        lim = self.config.limits
-        if self.state != "running" or self.plan is None:
-            return f"job is {self.state}, not running", 0, 0
-        if self.op is not None or self.request is not None:
-            busy = self.op.change if self.op else self.request.change  # type: ignore[union-attr]
-            return f"busy: scaling operation '{busy}' in progress (one at a time)", 0, 0
-        if self.failed_ps or self.failed_workers:
-            return "busy: recovering from a failure", 0, 0
-        ps = len(self.plan.ps) if msg.ps is None else msg.ps
-        workers = len(self.plan.workers) if msg.workers is None else msg.workers
-        if not lim.min_ps <= ps <= lim.max_ps:
-            return f"ps={ps} outside the limits [{lim.min_ps}, {lim.max_ps}]", 0, 0
-        if not lim.min_workers <= workers <= lim.max_workers:
-            return (
-                f"workers={workers} outside the limits [{lim.min_workers}, {lim.max_workers}]",
-                0,
-                0,
-            )
         # the furthest iteration known to have started: by a worker, or aggregated by a PS
-        ps_done = [
-            m.version - 1 for m in self.members.values() if m.role == "ps" and m.state == "member"
-        ]
+        ps_done = [m.version - 1 for m in self.members.values() if m.role == "ps" and m.state == "member"]
         started = max([m.version for m in self._workers()] + ps_done, default=-1)
-        if msg.at_iteration is not None and msg.at_iteration <= started:
-            return f"iteration {msg.at_iteration} has already started", 0, 0
-        return "", ps, workers
+        return scale_refusal(
+            msg,
+            self.state,
+            self.plan,
+            self._operation(),
+            bool(self.failed_ps or self.failed_workers),
+            self.config.limits,
+            started,
+        )
+
+    def _operation(self) -> str | None:
+        """The change in progress or waiting for its new members, if any."""
+        return self.op.change if self.op else (self.request.change if self.request else None)
 
     def _spawn_missing(self, more_ps: int, more_workers: int) -> None:
         if self.spawner is None:
@@ -409,68 +313,23 @@ class Coordinator:
             wire.send(self.sock, StopReply(ok=False, reason=f"job is {self.state}"), to=ident)
             return
         if self.op is not None or self.request is not None:
-            wire.send(
-                self.sock,
-                StopReply(ok=False, reason="busy: a scaling operation is in progress"),
-                to=ident,
-            )
+            busy = StopReply(ok=False, reason="busy: a scaling operation is in progress")
+            wire.send(self.sock, busy, to=ident)
             return
-        self.request = Request(
-            "stop",
-            len(self.plan.ps),
-            len(self.plan.workers),
-            math.inf,
-            ident,
-            msg.at_iteration,
-            stop=True,
-        )
+        self.request = Request("stop", len(self.plan.ps), len(self.plan.workers), math.inf, ident,
+                               msg.at_iteration, stop=True)
 
     def _on_status(self, ident: bytes, _msg: StatusRequest) -> None:
         wire.send(self.sock, self.status(), to=ident)
 
     def status(self) -> StatusReply:
-        """Members, progress and the history of scaling events."""
-        plan_members = set(self.plan.ps) | set(self.plan.workers) if self.plan else set()
-        infos = [
-            MemberInfo(
-                member_id=m.member_id,
-                role=m.role,  # type: ignore[arg-type]
-                state="member" if m.member_id in plan_members else "standby",
-                pid=m.pid,
-                address=m.address,
-                version=m.version,
-            )
-            for m in sorted(self.members.values(), key=lambda m: m.member_id)
-        ]
-        ps_versions = [
-            m.version for m in self.members.values() if m.role == "ps" and m.state == "member"
-        ]
-        version = min(ps_versions, default=0)
-        rates = [m.rate for m in self._workers()]
-        gb = self.job.global_batch if self.job else 0
-        last = next(
-            (max(e.suspension_ms.values()) for e in reversed(self.events) if e.suspension_ms), None
-        )
-        return StatusReply(
-            state=self.state,
-            members=infos,
-            plan_id=self.plan.plan_id if self.plan else None,
-            version=max(version, 0),
-            samples_per_s=max(rates, default=0.0) * gb,
-            epochs_done=version * gb / self.job.num_samples if self.job else 0.0,
-            last_suspension_ms=last,
-            events=self.events,
-            operation=self.op.change
-            if self.op
-            else (self.request.change if self.request else None),
-        )
+        """Members, progress and the history of scaling events (:func:`status_reply`)."""
+        return status_reply(self.state, self.members, self.plan, self.job, self.events, self._operation())
 
     # ---- planning -----------------------------------------------------------
 
     def _standby(self, role: str) -> list[int]:
-        return sorted(
-            m.member_id for m in self.members.values() if m.role == role and m.state == "standby"
-        )
+        return sorted(m.member_id for m in self.members.values() if m.role == role and m.state == "standby")
 
     def _workers(self) -> list[Member]:
         ids = self.plan.workers if self.plan else []
@@ -487,29 +346,15 @@ class Coordinator:
         extrapolate = 2 * self.config.liveness.heartbeat_interval_s
         return scaling_clock(self._progress(), ps_versions, extrapolate, floor, margin)
 
-    def _plan(
-        self, ps: list[int], workers: list[int], owners: list[int], clock: int, **extra
-    ) -> Plan:
+    def _plan(self, ps: list[int], workers: list[int], owners: list[int], clock: int, **extra) -> Plan:
         assert self.job is not None
-        layout = (
-            self.plan.layout
-            if self.plan
-            else make_layout(self.job.shapes, self.config.sharding.chunk_elems)
-        )
+        sharding = self.config.sharding
+        layout = self.plan.layout if self.plan else make_layout(self.job.shapes, sharding.chunk_elems)
         pid, self.next_plan_id = self.next_plan_id, self.next_plan_id + 1
-        return Plan(
-            plan_id=pid,
-            clock=clock,
-            layout=layout,
-            owners=owners,
-            ps={p: self.members[p].address for p in sorted(ps)},
-            workers=sorted(workers),
-            optimizer=self.job.optimizer,
-            global_batch=self.job.global_batch,
-            snapshot_dir=self.snapshot_dir,
-            snapshot_every=self.config.sharding.snapshot_every,
-            **extra,
-        )
+        return Plan(plan_id=pid, clock=clock, layout=layout, owners=owners,
+                    ps={p: self.members[p].address for p in sorted(ps)}, workers=sorted(workers),
+                    optimizer=self.job.optimizer, global_batch=self.job.global_batch,
+                    snapshot_dir=self.snapshot_dir, snapshot_every=sharding.snapshot_every, **extra)
 
     def _try_initial(self) -> None:
         cfg = self.config
@@ -550,41 +395,21 @@ class Coordinator:
 
     def _start_recovery(self, now: float) -> None:
         assert self.plan is not None
-        dead_ps, dead_w = set(self.failed_ps), set(self.failed_workers)
-        survivors = [p for p in self.plan.ps if p not in dead_ps]
+        dead_ps = self.failed_ps
         spares = self._standby("ps")[: len(dead_ps)]
         if self.failure_since is None:
             self.failure_since = now
         waited = now - self.failure_since
         if dead_ps and self.spawner is not None and len(spares) < len(dead_ps) and waited < 30.0:
             return  # give the replacement PS up to 30 s to register
-        workers = [w for w in self.plan.workers if w not in dead_w]
-        if not workers or not (survivors or spares):
+        rec = recovery(self.plan, self.failed_ps, self.failed_workers, spares)
+        if rec is None:
             self._fail_job("no PS or no worker left after a failure")
             return
-        if len(spares) == len(dead_ps):
-            owners = substitute(self.plan.owners, dict(zip(sorted(dead_ps), spares, strict=True)))
-        else:
-            owners = rebalance(
-                chunk_sizes_bytes(self.plan.layout), self.plan.owners, survivors + spares
-            )
-        restore = [c for c, o in enumerate(self.plan.owners) if o in dead_ps]
-        plan = self._plan(
-            survivors + spares,
-            workers,
-            owners,
-            self._clock(margin=False),
-            dead_ps=sorted(dead_ps),
-            dead_workers=sorted(dead_w),
-            restore=restore,
-        )
-        self.failed_ps.clear()
-        self.failed_workers.clear()
-        self.failure_since = None
-        parts = [f"ps {sorted(dead_ps)} died"] * bool(dead_ps) + [
-            f"workers {sorted(dead_w)} died"
-        ] * bool(dead_w)
-        self._start_op("recover: " + ", ".join(parts), plan, None, pinned=False)
+        plan = self._plan(rec.ps, rec.workers, rec.owners, self._clock(margin=False), dead_ps=sorted(dead_ps),
+                          dead_workers=sorted(self.failed_workers), restore=rec.restore)
+        self.failed_ps, self.failed_workers, self.failure_since = set(), set(), None
+        self._start_op(rec.change, plan, None, pinned=False)
 
     # ---- the operation ------------------------------------------------------
 
@@ -595,14 +420,8 @@ class Coordinator:
         old_ps = set(self.plan.ps) if self.plan else set()
         need_done = (old_ps | set(plan.ps)) & alive
         self.op = Operation(change, plan, alive, need_done, client, pinned, time.monotonic())
-        log.info(
-            "plan %d (%s): clock %d, ps %s, workers %s",
-            plan.plan_id,
-            change,
-            plan.clock,
-            sorted(plan.ps),
-            plan.workers,
-        )
+        log.info("plan %d (%s): clock %d, ps %s, workers %s", plan.plan_id, change, plan.clock,
+                 sorted(plan.ps), plan.workers)
         self._broadcast(self.op.need_ack, Prepare(plan=plan))
 
     def _on_ack(self, _ident: bytes, msg: Ack) -> None:
@@ -627,9 +446,7 @@ class Coordinator:
         if op.pinned or op.attempts >= self.config.limits.prepare_attempts:
             self._fail_op(op, f"scaling clock {op.plan.clock} missed: {reason}", aborted=True)
             return
-        plan = op.plan.model_copy(
-            update={"plan_id": self.next_plan_id, "clock": self._clock(floor=version)}
-        )
+        plan = op.plan.model_copy(update={"plan_id": self.next_plan_id, "clock": self._clock(floor=version)})
         self.next_plan_id += 1
         op.plan, op.acked, op.attempts = plan, set(), op.attempts + 1
         log.info("plan retried as %d with clock %d (%s)", plan.plan_id, plan.clock, reason)
@@ -656,15 +473,8 @@ class Coordinator:
             elif member.state == "member":
                 self._forget(member)
         duration = (time.monotonic() - op.started) * 1e3
-        self.events.append(
-            ScalingEvent(
-                plan_id=plan.plan_id,
-                change=op.change,
-                clock=plan.clock,
-                duration_ms=duration,
-                lost_iterations=op.lost,
-            )
-        )
+        self.events.append(ScalingEvent(plan_id=plan.plan_id, change=op.change, clock=plan.clock,
+                                        duration_ms=duration, lost_iterations=op.lost))
         self.op = None
         self._reply(op.client, ok=True, plan_id=plan.plan_id, clock=plan.clock, stop=plan.stop)
         if self.state == "starting":
@@ -746,19 +556,13 @@ class Coordinator:
 
     def _rebuild(self) -> None:
         """Membership and assignment from the members' re-registrations (after the grace period)."""
-        plans = [r.plan for r in self._rejoins.values() if r.plan is not None]
+        base = rebuilt_plan(self._rejoins)
         self.next_member_id = max(self._rejoins, default=-1) + 1
-        if not plans:
+        if base is None:
             log.info("nobody rejoined with a plan: starting fresh")
             self.state = "waiting"
             return
-        base = max(plans, key=lambda p: p.plan_id)
-        owners = list(base.owners)
-        for r in self._rejoins.values():
-            if r.role == "ps" and r.plan is not None:
-                for cid in r.owned:
-                    owners[cid] = r.member_id
-        self.plan = base.model_copy(update={"owners": owners})
+        self.plan = base
         self.snapshot_dir, self._owns_snapshot_dir = base.snapshot_dir, False
         if self.job is None:
             self.job = JobInfo([], base.optimizer, base.global_batch, base.global_batch)
@@ -777,32 +581,13 @@ class Coordinator:
             if mid in self.members:
                 wire.send(self.sock, msg, to=self.members[mid].ident)
 
-    def _reply(
-        self,
-        client: bytes | None,
-        ok: bool,
-        reason: str = "",
-        plan_id: int | None = None,
-        clock: int | None = None,
-        stop: bool = False,
-    ) -> None:
+    def _reply(self, client: bytes | None, ok: bool, reason: str = "", plan_id: int | None = None,
+               clock: int | None = None, stop: bool = False) -> None:
+        """Answer a control client (None: an internal change, no one to answer): a stop request's reply, or
+        a scale request's."""
         if client is None:
             return
         if stop:
             wire.send(self.sock, StopReply(ok=ok, reason=reason), to=client)
         else:
-            wire.send(
-                self.sock, ScaleReply(ok=ok, reason=reason, plan_id=plan_id, clock=clock), to=client
-            )
-
-
-def _change_name(ps0: int, ps1: int, w0: int, w1: int) -> str:
-    """``add_ps``, ``remove_worker``, ... or a combined ``ps 2->3, workers 2->1``."""
-    parts = []
-    if ps1 != ps0:
-        parts.append(("add_ps" if ps1 > ps0 else "remove_ps", f"ps {ps0}->{ps1}"))
-    if w1 != w0:
-        parts.append(("add_worker" if w1 > w0 else "remove_worker", f"workers {w0}->{w1}"))
-    if len(parts) == 1 and abs((ps1 - ps0) + (w1 - w0)) == 1:
-        return parts[0][0]
-    return ", ".join(p[1] for p in parts)
+            wire.send(self.sock, ScaleReply(ok=ok, reason=reason, plan_id=plan_id, clock=clock), to=client)
