@@ -79,7 +79,8 @@ def test_train_rl_pg_writes_resumes_with_its_baseline(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--algo", "pg", "--agents", "2"], "--algo pg: single process only"),
+    (["--algo", "mix", "--agents", "2"], "--algo mix: single process only"),
+    (["--algo", "pg", "--experience", "lab"], "--experience: 'lab'"),
     (["--algo", "pg", "--credit", "team"], "--credit: 'team'"),
 ])
 def test_bad_pg_options_exit_2(capsys, tmp_path, argv, message) -> None:
