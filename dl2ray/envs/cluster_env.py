@@ -59,6 +59,7 @@ class ClusterEnvironment:
     def __init__(self, sim: Simulator, source: StretchSource, first_stretch: int = 0) -> None:
         self._sim, self._source = sim, source
         self._view: ClusterView | None = None
+        self._seed = -1  # the seed of the stretch in progress (or the last one)
         self.stretches = first_stretch  # stretches started so far (the next one's index)
 
     @classmethod
@@ -72,7 +73,7 @@ class ClusterEnvironment:
     @property
     def stretch_seed(self) -> int:
         """The seed of the stretch in progress (or the last one), for the records; −1 before any."""
-        return self._seed if self.stretches else -1
+        return self._seed
 
     def observe(self) -> ClusterView:
         """The view at the start of the slot in progress (starting the next stretch if none runs)."""
