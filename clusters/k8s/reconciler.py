@@ -95,6 +95,27 @@ class Reconciler:
         addr = self.world.address(js)
         return None if addr is None else self.coordinators.status(addr)
 
+    def _ended_silently(self, js: JobState) -> bool:
+        """True when the job's coordinator did not answer the snapshot's status because it has just
+        exited (the job finished between the pod list and the question): its pod is read again. A
+        coordinator still Ready is asked once more (a busy moment), and stays an error if it is silent
+        again (:meth:`_converge`)."""
+        if js.coordinator is None or js.coord is not None or not pod_ready(js.coordinator):
+            return False
+        js.coord = self._coordinator_status(js)
+        if js.coord is not None:
+            return False
+        name = js.coordinator["metadata"]["name"]
+        try:
+            fresh = [p for p in self.api.pods(js.name) if p["metadata"]["name"] == name]
+        except ApiGiveUp:
+            return False  # unknown: _converge reports the silent coordinator
+        if fresh and not pod_ready(fresh[0]):
+            log.info("%s: the coordinator has exited (%s); its end is read next slot", js.name,
+                     pod_phase(fresh[0]))
+            return True
+        return False
+
     def apply(self, world: World, allocation: Allocation, slot: int) -> ApplyReport:
         """Converge every job of ``world`` on ``allocation`` (module docstring); scale-downs before
         scale-ups. ``world.usage`` is kept up to date with what starts."""
@@ -103,7 +124,7 @@ class Reconciler:
         self._poll = PodPoll(self.api)
         changes: Changes[JobState] = Changes(report)
         for js in self.world.jobs.values():
-            if js.spec is None or js.phase in TERMINAL_JOBS:
+            if js.spec is None or js.phase in TERMINAL_JOBS or self._ended_silently(js):
                 continue
             target = self._target(js, allocation.tasks.get(js.job_id, Tasks(0, 0)))
             before = js.plan()
