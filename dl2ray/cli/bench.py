@@ -195,7 +195,8 @@ def _paper_decider(cfg, policy: Path | None, seed: int, compiled: bool):
 
 def _shape_decider(cfg, policy: Path | None, seed: int):
     """``decide(view, rng) -> (allocation, jobs decided)`` of the shape policy."""
-    from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+    from dl2ray.policy.shape import ShapeEncoding, job_features
+    from dl2ray.policy.shape_decode import decide_shapes
     from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy, load_shape_policy
 
     enc = ShapeEncoding.from_config(cfg)

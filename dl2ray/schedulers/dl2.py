@@ -99,7 +99,8 @@ class DL2Scheduler:
     def decide(self, view: ClusterView) -> Allocation:
         rng = None if self.greedy else self._rng
         if self.arch == "shape":
-            from dl2ray.policy.shape import decide_shapes, job_features
+            from dl2ray.policy.shape import job_features
+            from dl2ray.policy.shape_decode import decide_shapes
 
             x, g = job_features(view, self.enc)
             return decide_shapes(view, self.enc, self.policy.logits(x, g), rng).allocation

@@ -57,7 +57,8 @@ def scheduler(case: str):
     return cfg, make_scheduler(f"dl2:{REPO / model}", cfg)
 
 
-def drive(case: str, decide: Callable | None = None, slots: int = SLOTS) -> Iterator[tuple[int, int, object, object]]:
+def drive(case: str, decide: Callable | None = None, slots: int = SLOTS
+          ) -> Iterator[tuple[int, int, object, object]]:
     """``(seed, slot, view, allocation)`` for the first ``slots`` slots of ``case`` over seeds 0, 1, …;
     ``decide(scheduler, view)`` decides (default: the scheduler's own ``decide``) and its allocation drives
     the simulator."""
