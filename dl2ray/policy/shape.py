@@ -91,6 +91,36 @@ WAIT = 0
 
 
 @dataclass(frozen=True)
+class ProfileTables:
+    """Per job type ``t`` and menu row ``k``, what the profile columns take from the profile alone (module
+    docstring), float64 before the features' float32: ``c11`` (L,) ``c(1, 1)``; ``rows`` (L, K) ``c(p, w)``
+    of row ``k`` (``p``, ``w`` capped at :data:`GRID`; column 0, wait, unused); ``speedup`` (L, K) the row's
+    first column ``ln(c(p, w) / c(1, 1)) / 3`` clipped (wait: 0); ``best`` (L,) the job column of the
+    profile's best speed-up. Read-only."""
+
+    c11: np.ndarray
+    rows: np.ndarray
+    speedup: np.ndarray
+    best: np.ndarray
+
+    @classmethod
+    def of(cls, cost: np.ndarray, shapes: np.ndarray) -> ProfileTables:
+        """From the ``(L, GRID, GRID)`` cost grid and the ``(K, 2)`` menu."""
+        s = shapes[1:]
+        c11 = cost[:, 0, 0]
+        rows = np.zeros((cost.shape[0], shapes.shape[0]))
+        rows[:, 1:] = cost[:, np.minimum(s[:, 1], GRID) - 1, np.minimum(s[:, 0], GRID) - 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.log(rows[:, 1:] / c11[:, None])
+        speedup = np.zeros_like(rows)
+        speedup[:, 1:] = np.clip(np.nan_to_num(ratio, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
+        best = np.clip(-np.nanmin(np.where(np.isfinite(ratio), ratio, np.inf), axis=1), 0.0, 3.0) / 3.0
+        for a in (c11, rows, speedup, best):
+            a.setflags(write=False)
+        return cls(c11, rows, speedup, best)
+
+
+@dataclass(frozen=True)
 class ShapeEncoding:
     """Dimensions of the shape policy's inputs and outputs; fixed by config and catalogue.
 
@@ -141,6 +171,14 @@ class ShapeEncoding:
     def layout_modes(self) -> np.ndarray:
         """``(M,)`` int64: the placement mode of each layout (:func:`dl2ray.cluster.placement_mode`)."""
         return np.array([placement_mode(name) for name in self.layouts], dtype=np.int64)
+
+    @cached_property
+    def profile_tables(self) -> ProfileTables:
+        """The profile columns that depend on a job's type and the menu row only, computed once
+        (:class:`ProfileTables`); ValueError without the operator's profile."""
+        if self.cost is None:
+            raise ValueError("profile features need the operator's profile (ShapeEncoding.from_config)")
+        return ProfileTables.of(self.cost, self.shapes)
 
     @cached_property
     def cost_lists(self) -> list:
@@ -318,29 +356,25 @@ def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: 
     """Fill the profile columns of ``x`` (n, F) in place (module docstring), from the jobs' columns that
     :func:`job_features` read: remaining epochs, type index, workers and PS (n,), demands (n, 3), and the
     cluster's total capacity (3,)."""
-    if enc.cost is None:
-        raise ValueError("profile features need the operator's profile (ShapeEncoding.from_config)")
+    tab = enc.profile_tables
     jobs, n, k = view.jobs, len(view.jobs), enc.num_shapes
     shapes = enc.shapes[1:]
-    grids = enc.cost[ti]  # (n, GRID, GRID)
-    c11 = grids[:, 0, 0]
-    rows = grids[:, np.minimum(shapes[:, 1], GRID) - 1, np.minimum(shapes[:, 0], GRID) - 1]  # (n, K-1)
+    c11 = tab.c11[ti]
+    rows = tab.rows[ti, 1:]  # (n, K-1)
     lists = enc.cost_lists
     slow = np.array([observed_slowness(j, lists[j.type_index]) for j in jobs], dtype=np.float64)
     t1 = rem * c11 * slow / view.slot_seconds
-    with np.errstate(divide="ignore", invalid="ignore"):
-        speedup = np.log(rows / c11[:, None])
     c = JOB_EXTRA
     x[:, c] = np.log10(1.0 + t1) / 3.0
     x[:, c + 1] = np.log(slow)
     x[:, c + 2] = np.clip(wd[:, 1], 0.0, 1.0)
-    x[:, c + 3] = np.clip(-np.nanmin(np.where(np.isfinite(speedup), speedup, np.inf), axis=1), 0.0, 3.0) / 3.0
+    x[:, c + 3] = tab.best[ti]
     inv = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
     share = ((shapes[None, :, 0, None] * wd[:, None, :] + shapes[None, :, 1, None] * pd[:, None, :])
              * inv).max(axis=2)  # (n, K-1)
     prev = (shapes[None, :, 0] == workers[:, None]) & (shapes[None, :, 1] == ps[:, None])
     r = x[:, enc.job_columns:].reshape(n, k, enc.row_dim)
-    r[:, 1:, 0] = np.clip(np.nan_to_num(speedup, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
+    r[:, 1:, 0] = tab.speedup[ti, 1:]
     r[:, 1:, 1] = np.log10(1.0 + np.minimum(t1[:, None] * rows / c11[:, None], 1e6)) / 3.0
     r[:, 1:, 2] = np.clip(share * n / 8.0, 0.0, 1.0)
     r[:, 1:, 3] = prev
