@@ -130,18 +130,18 @@ def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
     fj, fa = forced if forced is not None else (-1, -1)
     free0 = free.copy()  # the kernel places into ``free``
     rows = enc.row_layouts
-    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, rows,
+    n_placed = shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, rows,
                              wkey, pkey, dem, nodes, rng, fj, fa, enc.work_conserving, masks, actions, tasks,
                              placed)
     if enc.interleaved:
-        n_placed = _interleave((cap, free0, inv, modes), dem, wkey, pkey, order, rows[actions], tasks, placed)
+        n_placed = interleave((cap, free0, inv, modes), dem, wkey, pkey, order, rows[actions], tasks, placed)
     allocation = placed_allocation(view, placed[:n_placed], relayout=not enc.layouts)
     if "optimus" in enc.layouts:
-        allocation = _optimus_rows(view, enc, allocation, actions)
+        allocation = optimus_rows(view, enc, allocation, actions)
     return ShapeDecision(allocation, order, masks, actions, tasks)
 
 
-def _optimus_rows(view: ClusterView, enc: ShapeEncoding, allocation: Allocation, actions: np.ndarray
+def optimus_rows(view: ClusterView, enc: ShapeEncoding, allocation: Allocation, actions: np.ndarray
                   ) -> Allocation:
     """The jobs whose rows chose the ``optimus`` layout laid out again by the Optimus principle
     (:func:`dl2ray.cluster.final_layout`) on what the other jobs left free, as the ``optimus`` placer lays
@@ -228,7 +228,7 @@ def _place_shape(nodes, dem, trees, wkey, pkey, m, g, want_w, want_p, placed, n_
 
 
 @njit(cache=True)
-def _shape_kernel(logits, order, caps, shapes, row_mode, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
+def shape_kernel(logits, order, caps, shapes, row_mode, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
                   conserving, masks, actions, tasks, placed):
     """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
     (``(job index, role, node)`` in placement order). ``row_mode`` (K,): each menu row's index into the
@@ -260,7 +260,7 @@ def _shape_kernel(logits, order, caps, shapes, row_mode, wkey, pkey, dem, nodes,
 
 
 @njit(cache=True)
-def _interleave(nodes, dem, wkey, pkey, order, job_mode, tasks, placed):
+def interleave(nodes, dem, wkey, pkey, order, job_mode, tasks, placed):
     """Place the decided ``tasks`` ``(n, 2)`` again from ``nodes``' free capacity, interleaved: in
     ``order``, every job's first worker and PS (both or neither), then rounds of one task per job
     (worker when ``got_w / want_w ≤ got_p / want_p``, else PS) until every job has its counts or its
