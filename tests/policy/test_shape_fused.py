@@ -87,8 +87,8 @@ def test_optimus_layout_equals_the_placers(seed):
     rng = np.random.default_rng(seed)
     nodes = int(rng.integers(2, 12))
     cap = np.tile([8.0, 2.0, 48.0], (nodes, 1))
-    free = cap - rng.integers(0, 3, (nodes, 1)) * np.array([2.0, 0.0, 8.0]) - rng.integers(0, 2, (nodes, 1)) * [
-        0.0, 1.0, 4.0]
+    used = rng.integers(0, 3, (nodes, 1)) * np.array([2.0, 0.0, 8.0])
+    free = cap - used - rng.integers(0, 2, (nodes, 1)) * np.array([0.0, 1.0, 4.0])
     dem = np.array([[2.0, 1.0, 8.0], [2.0, 0.0, 4.0], [1.0, 0.0, 2.0]])
     jobs = int(rng.integers(1, 6))
     wkey, pkey = rng.integers(0, 3, jobs), rng.integers(0, 3, jobs)
