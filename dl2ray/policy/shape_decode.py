@@ -46,7 +46,6 @@ from numba import njit
 from dl2ray.policy.decision import (
     build_trees,
     greedy_compiled,
-    place_task,
     placed_allocation,
     sample_compiled,
     set_leaf,
@@ -167,13 +166,49 @@ def optimus_rows(view: ClusterView, enc: ShapeEncoding, allocation: Allocation, 
 
 
 @njit(cache=True)
+def _lazy_trees(nodes, dem, tasks):
+    """The placer's tournament trees (:func:`~dl2ray.policy.decision.build_trees`), brought up to date
+    lazily: a placement changes one node, which every tree of the slot would re-score at once; here the
+    node is logged and a tree re-scores the nodes logged since its last use when it is next asked for a
+    node — the same trees at every query (a leaf is a function of its node's free capacity now), with
+    work only for the demands asked for. ``tasks``: the most placements and removals to come."""
+    log = np.empty(tasks + 1, dtype=np.int64)
+    count = np.zeros(1, dtype=np.int64)
+    seen = np.zeros(dem.shape[0], dtype=np.int64)
+    return build_trees(nodes, dem), log, count, seen
+
+
+@njit(cache=True)
+def _changed(trees, n):
+    """Log that node ``n``'s free capacity changed (a repeat costs a tree one unchanged leaf)."""
+    _, log, count, _ = trees
+    log[count[0]] = n
+    count[0] += 1
+
+
+@njit(cache=True)
+def _place_lazy(nodes, dem, trees, key, m):
+    """place_task on lazy trees: tree ``key`` re-scores the logged nodes, then places one task there."""
+    tree, log, count, seen = trees
+    for i in range(seen[key], count[0]):
+        set_leaf(tree, nodes, dem, key, log[i])
+    seen[key] = count[0]
+    n = tree[1][m, key, 1]
+    if n >= 0:
+        free = nodes[1]
+        for r in range(3):
+            free[n, r] -= dem[key, r]
+        _changed(trees, n)
+    return n
+
+
+@njit(cache=True)
 def _unplace(nodes, dem, trees, key, n):
-    """Give back one task of demand ``dem[key]`` on node ``n`` (the inverse of ``place_task``)."""
+    """Give back one task of demand ``dem[key]`` on node ``n`` (the inverse of ``_place_lazy``)."""
     free = nodes[1]
     for r in range(3):
         free[n, r] += dem[key, r]
-    for k in range(dem.shape[0]):
-        set_leaf(trees, nodes, dem, k, n)
+    _changed(trees, n)
 
 
 @njit(cache=True)
@@ -196,7 +231,7 @@ def _fill_mask(mask, caps_row, shapes, wd, pd, total, conserving):
 def _place_role(nodes, dem, trees, key, m, g, role, placed, n_placed):
     """One task of job ``g`` in ``role``, placed by placement mode ``nodes[3][m]``: ``(rows of placed,
     placed?)``."""
-    node = place_task(nodes, dem, trees, key, m)
+    node = _place_lazy(nodes, dem, trees, key, m)
     if node < 0:
         return n_placed, False
     placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
@@ -233,7 +268,7 @@ def shape_kernel(logits, order, caps, shapes, row_mode, wkey, pkey, dem, nodes, 
     """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
     (``(job index, role, node)`` in placement order). ``row_mode`` (K,): each menu row's index into the
     placement modes ``nodes[3]``."""
-    trees = build_trees(nodes, dem)
+    trees = _lazy_trees(nodes, dem, 2 * placed.shape[0])
     free = nodes[1]
     total = np.zeros(3)
     for r in range(3):
@@ -266,7 +301,7 @@ def interleave(nodes, dem, wkey, pkey, order, job_mode, tasks, placed):
     (worker when ``got_w / want_w ≤ got_p / want_p``, else PS) until every job has its counts or its
     roles found no node; job ``g``'s tasks go by placement mode ``nodes[3][job_mode[g]]``. ``tasks``
     becomes what was placed; returns the rows of ``placed``."""
-    trees = build_trees(nodes, dem)
+    trees = _lazy_trees(nodes, dem, 2 * placed.shape[0])
     want = tasks.copy()
     tasks[:, :] = 0
     n_placed = 0

@@ -216,7 +216,7 @@ def _job_columns(cols, dem, scalars, flags, tables, num_types, width):
     return x
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, fastmath=True)  # finite inputs: the row columns are clipped
 def _row_term(a, fixed, r1, r2, r3, ri):
     """``ro · relu(a + r @ ri)`` for one job and menu row: ``a`` (head,) the job's input, ``fixed`` (head,)
     the row's type-and-row part of ``r @ ri`` (:meth:`FusedShapePolicy._fixed_rows`), ``r1``, ``r2``,
@@ -444,27 +444,40 @@ def _optimus_layout(free, dem, wkey, pkey, tasks, seq, nodes_out):
 @njit(cache=True)
 def _lay_out_job(free, w, p, wd, pd, taken, room, out):
     """dl2ray.cluster._lay_out_job: ``out`` the job's worker nodes then PS nodes; False if no k fits.
+
     A k whose largest group exceeds every node's free amount of some resource fails at its first group
-    there, so it is skipped without the scan."""
+    there, so it is skipped without a scan. Otherwise the k groups have at most three distinct demands;
+    one scan per demand keeps its k best fitting nodes (most room, then lowest index), and each group
+    takes the first of its demand's list not taken by an earlier group — the node the reference's scan
+    finds, since fewer than k nodes are taken before any group."""
     if w + p == 0:
         return True
     most = _room(free, wd, pd, room)
     chosen = np.empty(w + p, dtype=np.int64)
+    best = np.empty((3, w + p), dtype=np.int64)
+    found = np.zeros(3, dtype=np.int64)
     for k in range(1, w + p + 1):
         wk, pk = -(-w // k), -(-p // k)  # the largest group
         if (most[0] + _EPS < wk * wd[0] + pk * pd[0] or most[1] + _EPS < wk * wd[1] + pk * pd[1]
                 or most[2] + _EPS < wk * wd[2] + pk * pd[2]):
             continue
-        got = 0
+        got, kind, last_w, last_p = 0, -1, -1, -1
         for i in range(k):
             wk = w // k + (1 if i < w % k else 0)
             pk = p // k + (1 if i < p % k else 0)
-            best = _best_node(free, wk * wd[0] + pk * pd[0], wk * wd[1] + pk * pd[1], wk * wd[2] + pk * pd[2],
-                              taken, room)
-            if best < 0:
+            if wk != last_w or pk != last_p:  # a new demand: its k best nodes
+                kind, last_w, last_p = kind + 1, wk, pk
+                found[kind] = _top_nodes(free, wk * wd[0] + pk * pd[0], wk * wd[1] + pk * pd[1],
+                                         wk * wd[2] + pk * pd[2], room, k, best[kind])
+            node = -1
+            for c in range(found[kind]):
+                if not taken[best[kind, c]]:
+                    node = best[kind, c]
+                    break
+            if node < 0:
                 break
-            taken[best] = True
-            chosen[got] = best
+            taken[node] = True
+            chosen[got] = node
             got += 1
         for i in range(got):
             taken[chosen[i]] = False
@@ -472,6 +485,26 @@ def _lay_out_job(free, w, p, wd, pd, taken, room, out):
             _commit(free, w, p, wd, pd, k, chosen, out)
             return True
     return False
+
+
+@njit(cache=True)
+def _top_nodes(free, d0, d1, d2, room, k, out):
+    """The (up to) ``k`` nodes that fit the demand ``(d0, d1, d2)`` with the most ``room``, ties by index,
+    best first, in ``out``; returns how many."""
+    m = 0
+    for n in range(free.shape[0]):
+        if m == k and room[n] <= room[out[m - 1]]:
+            continue
+        if free[n, 0] + _EPS >= d0 and free[n, 1] + _EPS >= d1 and free[n, 2] + _EPS >= d2:
+            at = m if m < k else k - 1
+            while at > 0 and room[out[at - 1]] < room[n]:
+                if at < k:
+                    out[at] = out[at - 1]
+                at -= 1
+            out[at] = n
+            if m < k:
+                m += 1
+    return m
 
 
 @njit(cache=True)
@@ -491,18 +524,6 @@ def _room(free, wd, pd, room):
                     rm = v
         room[n] = rm
     return most
-
-
-@njit(cache=True)
-def _best_node(free, d0, d1, d2, taken, room):
-    """The first node of the most ``room`` that fits the demand ``(d0, d1, d2)`` and is not ``taken``;
-    -1 if none (np.argmax over the fitting nodes)."""
-    best, best_room = -1, -np.inf
-    for n in range(free.shape[0]):
-        if ((best < 0 or room[n] > best_room) and not taken[n] and free[n, 0] + _EPS >= d0
-                and free[n, 1] + _EPS >= d1 and free[n, 2] + _EPS >= d2):
-            best, best_room = n, room[n]
-    return best
 
 
 @njit(cache=True)
