@@ -81,14 +81,19 @@ def test_pairwise_sum_is_numpys_bit_for_bit():
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_optimus_layout_equals_the_placers(seed):
+@pytest.mark.parametrize("states", ["few", "many"])
+def test_optimus_layout_equals_the_placers(seed, states):
     """Random jobs on a partly used cluster: the compiled Optimus layout gives the nodes (or the refusal)
-    of ``dl2ray.cluster.optimus_layout``."""
+    of ``dl2ray.cluster.optimus_layout`` — through its states of equal free capacity (``few``) and by
+    scanning the nodes (``many``: more distinct free capacities than it tracks)."""
     rng = np.random.default_rng(seed)
-    nodes = int(rng.integers(2, 40))
+    nodes = int(rng.integers(2, 40)) if states == "few" else 300
     cap = np.tile([8.0, 2.0, 48.0], (nodes, 1))
-    used = rng.integers(0, 3, (nodes, 1)) * np.array([2.0, 0.0, 8.0])
-    free = cap - used - rng.integers(0, 2, (nodes, 1)) * np.array([0.0, 1.0, 4.0])
+    if states == "few":
+        used = rng.integers(0, 3, (nodes, 1)) * np.array([2.0, 0.0, 8.0])
+        free = cap - used - rng.integers(0, 2, (nodes, 1)) * np.array([0.0, 1.0, 4.0])
+    else:
+        free = cap * rng.uniform(0.2, 1.0, (nodes, 3))
     dem = np.array([[2.0, 1.0, 8.0], [2.0, 0.0, 4.0], [1.0, 0.0, 2.0]])
     jobs = int(rng.integers(1, 8))
     wkey, pkey = rng.integers(0, 3, jobs), rng.integers(0, 3, jobs)
