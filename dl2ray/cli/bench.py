@@ -152,11 +152,20 @@ def bench_decide(
     machine does not inflate, unlike the wall-clock ``p50_ms``/``p99_ms``); ``load_avg``: the
     1-minute load average before and after. For the shape architecture ``inferences`` = jobs decided.
     """
+    emit(measure_decide(load_config(config), policy, scheduler, jobs, nodes, placement, sample, compiled,
+                        reference, seed, repeats, arch), json_out)
+
+
+def measure_decide(cfg: ExperimentConfig, policy: Path | None = None, scheduler: str | None = None,
+                   jobs: int = 40, nodes: int | None = None, placement: str = "own", sample: bool = False,
+                   compiled: bool = True, reference: bool = False, seed: int = 0, repeats: int = 200,
+                   arch: str | None = None) -> dict:
+    """``bench decide``'s document (its options, its docstring); also for the size sweep of
+    ``tests/bench/bench_decide_scale.py``."""
     import os
 
     from dl2ray.policy.shape_net import checkpoint_arch
 
-    cfg = load_config(config)
     if scheduler is not None:
         decide, arch, path = _heuristic_decider(cfg, scheduler, placement), "heuristic", "heuristic"
     else:
@@ -181,16 +190,17 @@ def bench_decide(
         tasks.append(sum(t.workers + t.ps for t in alloc.tasks.values()))
     ms, cpu_ms = np.array(times[5:]) * 1e3, np.array(cpu[5:]) * 1e3
     per = ms / np.maximum(np.array(steps[5:]), 1)
-    emit({"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
-           "view": "busy" if nodes is None else "generated", "arch": arch,
-           "policy": scheduler or (str(policy) if policy else "fresh"), "placement": _placed_as(decide, view),
-           "mode": "sample" if sample else "greedy", "path": path,
-           "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
-           "cpu_p50_ms": round(float(np.percentile(cpu_ms, 50)), 3),
-           "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
-           "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
-           "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats,
-           "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)]}, json_out)
+    return {"bench": "decide", "config": cfg.name, "jobs": jobs, "nodes": view.num_nodes,
+            "view": "busy" if nodes is None else "generated", "arch": arch,
+            "policy": scheduler or (str(policy) if policy else "fresh"),
+            "placement": _placed_as(decide, view), "mode": "sample" if sample else "greedy", "path": path,
+            "p50_ms": round(float(np.percentile(ms, 50)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3),
+            "cpu_p50_ms": round(float(np.percentile(cpu_ms, 50)), 3),
+            "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
+            "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
+            "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats,
+            "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
 def _placed_as(decide, view: ClusterView) -> str:
