@@ -64,14 +64,16 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=Path("configs/large.yaml"))
     ap.add_argument("--schedulers", default="dl2:models/dl2-large.pt,planner")
     ap.add_argument("--sizes", default="40x500,400x2000,4000x10000")
-    ap.add_argument("--repeats", default="200,100,30", help="per size")
+    ap.add_argument("--repeats", default="200,100,30", help="per size, for a dl2 checkpoint")
+    ap.add_argument("--heuristic-repeats", default="20,3,1", help="per size, for a heuristic (slower)")
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args()
     cfg = load_config(args.config)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
-    repeats = [int(r) for r in args.repeats.split(",")]
     rows = []
     for name in args.schedulers.split(","):
+        per = args.repeats if name.startswith("dl2:") else args.heuristic_repeats
+        repeats = [int(r) for r in per.split(",")]
         for (jobs, nodes), reps in zip(sizes, repeats, strict=True):
             if name.startswith("dl2:"):
                 doc = measure_decide(cfg, policy=Path(name[4:]), jobs=jobs, nodes=nodes, repeats=reps)
