@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from dl2ray.cluster import FULLEST
 from dl2ray.policy.decision import (
     build_trees,
     greedy_compiled,
@@ -170,32 +171,52 @@ def _lazy_trees(nodes, dem, tasks):
     """The placer's tournament trees (:func:`~dl2ray.policy.decision.build_trees`), brought up to date
     lazily: a placement changes one node, which every tree of the slot would re-score at once; here the
     node is logged and a tree re-scores the nodes logged since its last use when it is next asked for a
-    node — the same trees at every query (a leaf is a function of its node's free capacity now), with
-    work only for the demands asked for. ``tasks``: the most placements and removals to come."""
+    node — the same answers at every query (a leaf is a function of its node's free capacity now), with
+    work only for the demands asked for. ``tasks``: the most placements and removals to come.
+
+    With one placement mode, FULLEST (packing, Optimus), a placement on a tree's root only makes that node
+    fuller, so it stays the root while it fits (a better score wins every vertex of its path the old one
+    won, ties included); its leaf is left *stale* until another node changes in that tree or it no longer
+    fits. Removals are logged as ``-(n + 1)`` and always re-scored."""
     log = np.empty(tasks + 1, dtype=np.int64)
     count = np.zeros(1, dtype=np.int64)
     seen = np.zeros(dem.shape[0], dtype=np.int64)
-    return build_trees(nodes, dem), log, count, seen
+    stale = np.full(dem.shape[0], -1, dtype=np.int64)
+    fullest = nodes[3].shape[0] == 1 and nodes[3][0] == FULLEST
+    return build_trees(nodes, dem), log, count, seen, stale, fullest
 
 
 @njit(cache=True)
-def _changed(trees, n):
-    """Log that node ``n``'s free capacity changed (a repeat costs a tree one unchanged leaf)."""
-    _, log, count, _ = trees
-    log[count[0]] = n
+def _changed(trees, entry):
+    """Log a change of a node's free capacity (a repeat costs a tree one unchanged leaf)."""
+    log, count = trees[1], trees[2]
+    log[count[0]] = entry
     count[0] += 1
+
+
+@njit(cache=True)
+def _fits_key(free, n, dem, key):
+    return (free[n, 0] + _EPS >= dem[key, 0] and free[n, 1] + _EPS >= dem[key, 1]
+            and free[n, 2] + _EPS >= dem[key, 2])
 
 
 @njit(cache=True)
 def _place_lazy(nodes, dem, trees, key, m):
     """place_task on lazy trees: tree ``key`` re-scores the logged nodes, then places one task there."""
-    tree, log, count, seen = trees
+    tree, log, count, seen, stale, fullest = trees
+    free = nodes[1]
     for i in range(seen[key], count[0]):
-        set_leaf(tree, nodes, dem, key, log[i])
+        e = log[i]
+        if fullest and e >= 0 and e == tree[1][0, key, 1] and _fits_key(free, e, dem, key):
+            stale[key] = e  # the root got fuller: still the root
+            continue
+        if stale[key] >= 0:
+            set_leaf(tree, nodes, dem, key, stale[key])
+            stale[key] = -1
+        set_leaf(tree, nodes, dem, key, e if e >= 0 else -e - 1)
     seen[key] = count[0]
     n = tree[1][m, key, 1]
     if n >= 0:
-        free = nodes[1]
         for r in range(3):
             free[n, r] -= dem[key, r]
         _changed(trees, n)
@@ -208,7 +229,7 @@ def _unplace(nodes, dem, trees, key, n):
     free = nodes[1]
     for r in range(3):
         free[n, r] += dem[key, r]
-    _changed(trees, n)
+    _changed(trees, -n - 1)
 
 
 @njit(cache=True)
