@@ -462,6 +462,10 @@ def _buckets(free):
          np.zeros((_STATES, words), dtype=np.uint64), index, np.zeros(1, dtype=np.int64),
          np.zeros(_STATES + 1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     for n in range(num):
+        if n > 0 and free[n, 0] == free[n - 1, 0] and free[n, 1] == free[n - 1, 1] \
+                and free[n, 2] == free[n - 1, 2]:
+            _bucket_add(b, n, b[0][n - 1])  # a run of equal nodes: no lookup
+            continue
         _bucket_join(b, n, free[n, 0], free[n, 1], free[n, 2])
         if b[7][0]:
             break
@@ -471,22 +475,28 @@ def _buckets(free):
 @njit(cache=True)
 def _bucket_join(b, n, f0, f1, f2):
     """Node ``n`` joins the state of free capacity ``(f0, f1, f2)`` (made if new; overflow flagged)."""
-    state, st_free, count, bits, index, used, spare, over = b
+    st_free, index, used, spare, over = b[1], b[4], b[5], b[6], b[7]
     key = (f0, f1, f2)
-    if key in index:
-        s = index[key]
-    elif spare[-1] > 0:
-        spare[-1] -= 1
-        s = spare[spare[-1]]
-    elif used[0] < _STATES:
-        s = used[0]
-        used[0] += 1
-    else:
-        over[0] = 1
-        return
-    if key not in index:
+    s = index[key] if key in index else -1  # noqa: SIM401 (numba types dict.get as Optional)
+    if s < 0:
+        if spare[-1] > 0:
+            spare[-1] -= 1
+            s = spare[spare[-1]]
+        elif used[0] < _STATES:
+            s = used[0]
+            used[0] += 1
+        else:
+            over[0] = 1
+            return
         index[key] = s
         st_free[s, 0], st_free[s, 1], st_free[s, 2] = f0, f1, f2
+    _bucket_add(b, n, s)
+
+
+@njit(cache=True)
+def _bucket_add(b, n, s):
+    """Node ``n`` is a member of state ``s``."""
+    state, count, bits = b[0], b[2], b[3]
     state[n] = s
     count[s] += 1
     bits[s, n // 64] |= np.uint64(1) << np.uint64(n % 64)
