@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -254,12 +254,13 @@ def _shape_decider(cfg, policy: Path | None, seed: int, placement: str, referenc
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.schedulers.placed import with_placement
 
+    sched: Any
     if policy is None:
         s = cfg.policy.shape
         fresh = NumpyShapePolicy(build_shape_policy(ShapeEncoding.from_config(cfg), s.embed, s.head, seed))
         sched = with_placement(DL2Scheduler.from_policy(fresh), placement)
     else:
-        sched = make_scheduler(f"dl2:{policy}", cfg, placement)
+        sched = make_scheduler(f"dl2:{policy}", cfg, placement)  # a Placed wrapper
     inner, placed_as = sched.inner, sched.placement
     enc = inner.enc  # a checkpoint decodes as it says (its placement), as dl2:PATH does
 

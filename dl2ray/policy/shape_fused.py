@@ -79,6 +79,8 @@ class FusedShapePolicy:
         cols[:, 1:, 4] = enc.shapes[1:, 0] / 8.0
         cols[:, 1:, 5] = enc.shapes[1:, 1] / 16.0
         if enc.layouts:
+            if enc.gain is None:
+                raise ValueError("layout features need the catalogue's constants (ShapeEncoding.from_config)")
             cols[:, 1:, 6] = np.array([(k - 1) % per for k in range(1, enc.num_shapes)]) / max(per - 1, 1)
             cols[:, 1:, 7] = enc.gain[:, 1:]
         return np.ascontiguousarray(cols @ ri, np.float32)
