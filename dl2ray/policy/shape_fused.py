@@ -1,24 +1,29 @@
-"""The shape policy's slot decision as one compiled pass: what a deployed policy runs every slot.
+"""The shape policy's slot decision in one compiled pass: what a deployed policy runs every slot.
 
 :func:`~dl2ray.policy.shape.job_features`, :meth:`~dl2ray.policy.shape_net.NumpyShapePolicy.logits` and
 :func:`~dl2ray.policy.shape_decode.decide_shapes` (with the view's placer's final layout) are the
 reference: each step a numpy pass over ``(n, F)`` or ``(n, K, head)`` arrays, with Python between them.
-Here one numba call takes the jobs' plain columns (one Python pass over the view: the numbers each job
-row is made of, its observed slowness and speed, its demands as rows of a small table) and does the rest:
+Here one Python pass over the view gathers each job's plain numbers (its observed slowness and last speed
+from its history, its demands as rows of a small table), and two numba calls do the rest:
 
-1. the job columns (float64, then float32 as the reference stores them), with the per-type and per-row
-   profile columns read from :attr:`~dl2ray.policy.shape.ShapeEncoding.profile_tables` (computed once per
-   encoding);
-2. the network in float32: embedding, context, head, and the row term of profile features without
-   materialising the ``(n, K, R)`` rows — per job and row one pass over the ``head`` units;
-3. the run odds (numpy's summation order, so equal jobs tie as they do there), the menu loop and the
-   per-job or interleaved placement of :mod:`dl2ray.policy.shape_decode` (the same compiled functions);
-4. the jobs' tasks grouped by job, and, under the ``optimus`` placer, the Optimus layout
-   (:func:`dl2ray.cluster.optimus_layout`: fewest nodes, tasks split evenly, the same float operations).
+1. :func:`_features`: the job rows' own columns and the global row (float64, then float32 as the
+   reference stores them), the profile's per-type columns read from
+   :attr:`~dl2ray.policy.shape.ShapeEncoding.profile_tables` (computed once per encoding);
+2. between the two, the network's trunk (embedding, context, head) in numpy, exactly as the reference
+   computes it (:meth:`~dl2ray.policy.shape_net.NumpyShapePolicy.trunk`): BLAS rounds identical job rows
+   differently by their place in the product, and that rounding is how the reference orders identical
+   jobs;
+3. :func:`_decide_kernel`: the row term of profile features without materialising the ``(n, K, R)`` rows
+   (the part of ``r @ row_in`` a job's type and the row fix is computed once per policy,
+   :meth:`FusedShapePolicy._fixed_rows`), the run odds (numpy's summation order), the menu loop and the
+   per-job or interleaved placement of :mod:`dl2ray.policy.shape_decode` (the same compiled functions),
+   the tasks grouped by job and, under the ``optimus`` placer, the Optimus layout
+   (:func:`dl2ray.cluster.optimus_layout`: the same choices, nodes of equal free capacity searched
+   together).
 
-What is left to Python is building the :class:`~dl2ray.view.Allocation`. The network's sums run in another
-order than BLAS's, so a logit may differ from the reference's in its last float32 bits; the decisions are
-the reference's wherever two allowed rows' logits (or two jobs' run odds) are not within that rounding —
+What is left to Python is building the :class:`~dl2ray.view.Allocation`. The row term's sums run in
+another order than BLAS's, so a logit may differ from the reference's in its last float32 bits; the
+decisions are the reference's wherever two allowed rows' logits are not within that rounding —
 ``tests/policy/test_shape_fused.py`` compares both paths, and both against the decisions recorded before
 this path existed, on 200 slots of every shipped policy. A policy with layouts lays out its ``optimus``
 rows in Python afterwards (:func:`~dl2ray.policy.shape_decode.optimus_rows`, as the reference does).
