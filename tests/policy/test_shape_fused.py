@@ -18,9 +18,10 @@ import pytest
 from shape_recorded import CASES, RECORD, SLOTS, digest, drive
 
 from dl2ray.cluster import optimus_layout
+from dl2ray.policy.optimus_layout import optimus_layout_compiled
 from dl2ray.policy.shape import job_features
 from dl2ray.policy.shape_decode import decide_shapes
-from dl2ray.policy.shape_fused import MAX_MENU, FusedShapePolicy, _optimus_layout, _pairwise_sum
+from dl2ray.policy.shape_fused import MAX_MENU, FusedShapePolicy, _pairwise_sum
 from dl2ray.view import Allocation, JobPlacement, Tasks
 
 RECORDED = json.loads(RECORD.read_text())
@@ -101,7 +102,7 @@ def test_optimus_layout_equals_the_placers(seed, states):
     seq = np.append(rng.permutation(jobs), jobs)
     sizes = tasks.sum(axis=1)[seq[:-1]]
     nodes_out = np.full(int(sizes.sum()), -1, dtype=np.int64)
-    _optimus_layout(free.copy(), dem, wkey, pkey, tasks.copy(), seq.copy(), nodes_out)
+    optimus_layout_compiled(free.copy(), dem, wkey, pkey, tasks.copy(), seq.copy(), nodes_out)
     packed = Allocation({int(g): Tasks(int(tasks[g, 0]), int(tasks[g, 1])) for g in seq[:-1]})
     demands = {int(g): (dem[wkey[g]], dem[pkey[g]]) for g in seq[:-1]}
     want = optimus_layout(free.copy(), packed, demands)
