@@ -138,6 +138,10 @@ def bench_decide(
     repeats: Annotated[int, typer.Option(min=1)] = 200,
     arch: Annotated[str | None, typer.Option(
         help="paper or shape (default: the checkpoint's, else policy.arch)")] = None,
+    gc_freeze: Annotated[bool, typer.Option(
+        "--gc-freeze/--no-gc-freeze",
+        help="move what exists before the timed runs (config, policy, view, torch) out of Python's "
+             "collector, as a server does after start")] = False,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Milliseconds for one whole slot's decision (the DL2 policy's, or ``--scheduler``'s).
@@ -153,15 +157,16 @@ def bench_decide(
     1-minute load average before and after. For the shape architecture ``inferences`` = jobs decided.
     """
     emit(measure_decide(load_config(config), policy, scheduler, jobs, nodes, placement, sample, compiled,
-                        reference, seed, repeats, arch), json_out)
+                        reference, seed, repeats, arch, gc_freeze), json_out)
 
 
 def measure_decide(cfg: ExperimentConfig, policy: Path | None = None, scheduler: str | None = None,
                    jobs: int = 40, nodes: int | None = None, placement: str = "own", sample: bool = False,
                    compiled: bool = True, reference: bool = False, seed: int = 0, repeats: int = 200,
-                   arch: str | None = None) -> dict:
+                   arch: str | None = None, gc_freeze: bool = False) -> dict:
     """``bench decide``'s document (its options, its docstring); also for the size sweep of
     ``tests/bench/bench_decide_scale.py``."""
+    import gc
     import os
 
     from dl2ray.policy.shape_net import checkpoint_arch
@@ -179,6 +184,9 @@ def measure_decide(cfg: ExperimentConfig, policy: Path | None = None, scheduler:
             path = "compiled" if compiled else "step-by-step"
     view = busy_view(cfg, jobs, seed) if nodes is None else synthetic_view(cfg, jobs, nodes, seed)
     rng = np.random.default_rng(seed)
+    if gc_freeze:  # a full collection otherwise walks every object of the process (torch's too)
+        gc.collect()
+        gc.freeze()
     load0 = os.getloadavg()[0]
     times, cpu, steps, tasks = [], [], [], []
     for _ in range(repeats + 5):  # the first few warm caches and are dropped
@@ -200,7 +208,7 @@ def measure_decide(cfg: ExperimentConfig, policy: Path | None = None, scheduler:
             "cpu_p99_ms": round(float(np.percentile(cpu_ms, 99)), 3),
             "inferences_p50": float(np.median(steps[5:])), "tasks_p50": float(np.median(tasks[5:])),
             "per_inference_ms_p50": round(float(np.median(per)), 4), "repeats": repeats,
-            "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+            "gc_frozen": gc_freeze, "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
 def _placed_as(decide, view: ClusterView) -> str:

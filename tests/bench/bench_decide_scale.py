@@ -67,18 +67,24 @@ def main() -> None:
     ap.add_argument("--repeats", default="200,100,30", help="per size, for a dl2 checkpoint")
     ap.add_argument("--heuristic-repeats", default="20,3,1", help="per size, for a heuristic (slower)")
     ap.add_argument("--plot", type=Path)
+    ap.add_argument("--gc-freeze", action="store_true", help="bench decide --gc-freeze")
+    ap.add_argument("--rows", type=Path, help="plot and fit these JSON lines (earlier output), not measure")
     args = ap.parse_args()
     cfg = load_config(args.config)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     rows = []
-    for name in args.schedulers.split(","):
+    if args.rows:
+        rows = [json.loads(line) for line in args.rows.read_text().splitlines() if '"bench"' in line]
+    for name in args.schedulers.split(",") if not args.rows else ():
         per = args.repeats if name.startswith("dl2:") else args.heuristic_repeats
         repeats = [int(r) for r in per.split(",")]
         for (jobs, nodes), reps in zip(sizes, repeats, strict=True):
             if name.startswith("dl2:"):
-                doc = measure_decide(cfg, policy=Path(name[4:]), jobs=jobs, nodes=nodes, repeats=reps)
+                doc = measure_decide(cfg, policy=Path(name[4:]), jobs=jobs, nodes=nodes, repeats=reps,
+                                     gc_freeze=args.gc_freeze)
             else:
-                doc = measure_decide(cfg, scheduler=name, jobs=jobs, nodes=nodes, repeats=reps)
+                doc = measure_decide(cfg, scheduler=name, jobs=jobs, nodes=nodes, repeats=reps,
+                                     gc_freeze=args.gc_freeze)
             doc["scheduler"] = name
             rows.append(doc)
             print(json.dumps(doc), flush=True)
