@@ -203,13 +203,14 @@ def uvicorn_server(settings_json: str) -> Iterator[dict[str, str]]:
 
 @contextmanager
 def serve_server(config: Path, ckpt: Path, mode: str, log: Path,
-                 replicas: int = 1) -> Iterator[dict[str, str]]:
+                 replicas: int = 1, noop: bool = False) -> Iterator[dict[str, str]]:
     """``dl2ray serve --mode MODE --replicas R`` with gRPC, in its own process (its own Ray); its HTTP and
-    gRPC URLs as the app announces them: the replica's own with direct ingress, HAProxy's, or the proxies'."""
+    gRPC URLs as the app announces them: the replica's own with direct ingress, HAProxy's, or the proxies'.
+    ``noop``: the same app answering every request with one fixed allocation (``ServeSettings.noop``)."""
     port = free_port_block()
-    cmd = [str(Path(sys.executable).with_name("dl2ray")), "serve", "--config", str(config),
+    cmd = [sys.executable, "-m", "dl2ray", "serve", "--config", str(config),
            "--checkpoint", str(ckpt), "--port", str(port), "--grpc-port", str(port + DIRECT_SPAN - 24),
-           "--mode", mode, "--replicas", str(replicas)]
+           "--mode", mode, "--replicas", str(replicas), *(["--noop"] if noop else [])]
     env = {**os.environ, "RAY_ADDRESS": ""}  # always a Ray of its own, with this mode's options
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -290,7 +291,11 @@ def in_process(cfg, ckpt: Path, body: bytes, proto: bytes, repeats: int = 300) -
 
 def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s: float, seed: int,
         modes: list[tuple[str, int]], grpc_modes: list[str], factor: float = 3.0, bound_ms: float = 25.0,
-        plot: Path | None = None, log_dir: Path | None = None) -> dict:
+        plot: Path | None = None, log_dir: Path | None = None, noop: bool = True,
+        uvicorn: bool = True) -> dict:
+    """One run (module docstring); ``noop``: after each Serve mode, its no-op floor
+    (``serve-MODE-noop``: the same mode, replicas and load generator, every request parsed and answered
+    with a fixed allocation) and the endpoint's ratios to it (``floor``)."""
     from dl2ray.cli.bench import busy_view
     from dl2ray.config import load_config
     from serve.app import ServeSettings
@@ -319,25 +324,45 @@ def run(config: Path, ckpt: Path, rps: float, seconds: float, jobs: int, probe_s
                                                       application)}
         print(f"bench serve: {name}: {json.dumps(summary_row(doc['servers'][name]))}", file=sys.stderr)
 
-    with uvicorn_server(settings.model_dump_json()) as urls:
-        measured("uvicorn", urls["http"], work / "body.json")
-        doc["servers"]["uvicorn"]["up_after"] = _healthy(urls["http"])
+    if uvicorn:
+        with uvicorn_server(settings.model_dump_json()) as urls:
+            measured("uvicorn", urls["http"], work / "body.json")
+            doc["servers"]["uvicorn"]["up_after"] = _healthy(urls["http"])
     for mode, replicas in modes:
-        server = f"serve-{mode}" + (f"-x{replicas}" if replicas > 1 else "")
-        with serve_server(config, ckpt, mode, log_dir / f"{server}.log", replicas) as urls:
-            measured(server, urls["http"], work / "body.json")
-            if mode in grpc_modes:
-                measured(f"{server}-grpc", urls["grpc"], work / "body.pb", application="dl2ray")
-            for name in (server, f"{server}-grpc"):
-                if name in doc["servers"]:
-                    doc["servers"][name]["up_after"] = _healthy(urls["proxy"]) and _healthy(urls["http"])
+        base = f"serve-{mode}" + (f"-x{replicas}" if replicas > 1 else "")
+        for floor in (False, True) if noop else (False,):
+            server = f"{base}-noop" if floor else base
+            with serve_server(config, ckpt, mode, log_dir / f"{server}.log", replicas, floor) as urls:
+                measured(server, urls["http"], work / "body.json")
+                if mode in grpc_modes and not floor:
+                    measured(f"{server}-grpc", urls["grpc"], work / "body.pb", application="dl2ray")
+                for name in (server, f"{server}-grpc"):
+                    if name in doc["servers"]:
+                        doc["servers"][name]["up_after"] = _healthy(urls["proxy"]) and _healthy(urls["http"])
     doc["load_avg_at_end"] = load_average()
-    doc["targets"] = {"p99_ms_at_100rps": 10.0, "max_rps_p99_under_50ms": 200.0}
+    doc["targets"] = {"p99_ms_at_100rps": 10.0, "max_rps_p99_under_50ms": 200.0,
+                      "p99_over_noop_p99": 1.5, "max_rps_over_noop_max_rps": 0.8}
     doc["summary"] = {name: summary_row(s) for name, s in doc["servers"].items()}
+    doc["floor"] = floor_ratios(doc["summary"])
     if plot is not None:
         plot_latency(doc, plot)
         doc["plot"] = str(plot)
     return doc
+
+
+def floor_ratios(summary: dict[str, dict]) -> dict[str, dict]:
+    """Each Serve server's p50, p99 and highest good rate over its no-op floor's (``NAME-noop``)."""
+    out = {}
+    for name, row in summary.items():
+        floor = summary.get(f"{name}-noop")
+        if floor is None:
+            continue
+        ratio = {}
+        for key, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("max_rps_p99_under_50ms", "max_rps")):
+            a, b = row.get(key), floor.get(key)
+            ratio[f"{label}_over_noop"] = round(a / b, 3) if a is not None and b else None
+        out[name] = {"noop": f"{name}-noop", **ratio}
+    return out
 
 
 def summary_row(s: dict) -> dict:

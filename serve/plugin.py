@@ -51,6 +51,9 @@ def serve_command(
     global_policy: Annotated[str | None, typer.Option(
         help="pull weights from this GlobalPolicy Ray actor instead of watching the file")] = None,
     namespace: Annotated[str | None, typer.Option(help="Ray namespace of --global-policy")] = None,
+    noop: Annotated[bool, typer.Option(
+        "--noop", hidden=True, help="benchmark floor: answer every request with the first one's allocation "
+                                    "(ServeSettings.noop)")] = False,
 ) -> None:
     """Serve the DL2 policy (and the heuristics) over HTTP with Ray Serve until Ctrl-C (see docs/serve.md)."""
     from dl2ray.config import load_config
@@ -68,7 +71,7 @@ def serve_command(
     settings = ServeSettings(config=str(config.resolve()),
                              checkpoint=str(checkpoint.resolve()) if checkpoint else None,
                              reload_every_s=reload_every, global_policy=global_policy,
-                             global_namespace=namespace, overload_bound_ms=overload_bound_ms)
+                             global_namespace=namespace, overload_bound_ms=overload_bound_ms, noop=noop)
     _check_weights(settings)
     started = start_ray(mode, port, grpc_port)
     import ray
@@ -122,10 +125,14 @@ def bench_serve(
         min=1.0, help="the overload run offers this many times the highest good rate")] = 3.0,
     overload_bound_ms: Annotated[float, typer.Option(min=0.0, help="the servers' admission bound")] = 25.0,
     plot: Annotated[Path | None, typer.Option(help="write the latency-vs-rate plot (PNG) here")] = None,
+    noop: Annotated[bool, typer.Option(
+        "--noop/--no-noop", help="measure each mode's no-op floor too (serve-MODE-noop)")] = True,
+    uvicorn: Annotated[bool, typer.Option("--uvicorn/--no-uvicorn", help="measure plain uvicorn too")] = True,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Latency of the decision endpoint (open loop, own-process load generator): in-process, plain uvicorn,
-    Ray Serve per mode over HTTP and gRPC; fixed rate, highest rate with p99 < 50 ms, overload."""
+    Ray Serve per mode over HTTP and gRPC, and each mode's no-op floor (the same app answering a fixed
+    allocation); fixed rate, highest rate with p99 < 50 ms, overload."""
     from dl2ray.config import load_config
     from serve.bench import run
     from serve.launch import SERVE_MODES
@@ -142,7 +149,7 @@ def bench_serve(
     # Ray prints its shutdown notices on stdout; --json promises one JSON object there and nothing else.
     with contextlib.redirect_stdout(sys.stderr):
         doc = run(config, ckpt, rps, seconds, jobs, probe_seconds, seed, mode_list, grpc_list,
-                  overload_factor, overload_bound_ms, plot)
+                  overload_factor, overload_bound_ms, plot, noop=noop, uvicorn=uvicorn)
     emit(doc, json_out)
 
 

@@ -6,7 +6,10 @@ decision is ``decide(view)`` of a scheduler built by the core
 (:class:`~dl2ray.schedulers.dl2.DL2Scheduler` for ``dl2``, :func:`~dl2ray.schedulers.base.make_scheduler`
 for a heuristic): the same compiled loop ``dl2ray compare`` runs. :meth:`DecisionCore.admitted` runs a
 request's CPU work on the one decision thread under admission control (:mod:`serve.overload`).
-:class:`ServeSettings` are the endpoint's settings (``serve/config.yaml``'s ``args``).
+:class:`ServeSettings` are the endpoint's settings (``serve/config.yaml``'s ``args``). With ``noop``
+the core answers every decide request with the first one's allocation: the request is read, admitted,
+parsed and validated and the answer serialised as always, only the conversion and the decision are
+skipped — Serve's own floor, which ``dl2ray bench serve`` measures beside the endpoint.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class ServeSettings(BaseModel):
         description="a request the replica cannot answer within this many ms of its arrival is refused at "
                     "once (HTTP 503 + Retry-After, gRPC RESOURCE_EXHAUSTED); 0: never refuse")
     retry_after_s: int = Field(default=1, ge=0, le=3600, description="Retry-After of a refusal, seconds")
+    noop: bool = Field(
+        default=False,
+        description="benchmark floor: answer every decide request, parsed and validated as usual, with the "
+                    "first one's allocation, without converting or deciding (Serve's own cost; bench serve)")
 
 
 def resolve(path: str) -> Path:
@@ -114,6 +121,7 @@ class DecisionCore:
         self.metrics = ServeMetrics(self.admission.stats, self._policy_numbers)
         # one decision at a time, off the event loop (admitted); more threads would only share the GIL
         self._decider = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decide")
+        self._fixed: DecideResponse | None = None  # the no-op floor's one answer (settings.noop)
 
     # -- the endpoints (routes attached by serve.http.ENDPOINTS) -------------------------------------------
 
@@ -122,7 +130,15 @@ class DecisionCore:
         return self.decide_now(request)
 
     def decide_now(self, request: DecideRequest) -> DecideResponse:
-        """One slot's allocation for the request's view (see :class:`~serve.schemas.DecideRequest`)."""
+        """One slot's allocation for the request's view (see :class:`~serve.schemas.DecideRequest`); with
+        ``noop`` settings, the first request's allocation for every request (module docstring)."""
+        if self.settings.noop:
+            if self._fixed is None:
+                self._fixed = self._decide(request)
+            return self._fixed
+        return self._decide(request)
+
+    def _decide(self, request: DecideRequest) -> DecideResponse:
         view = to_view(request.view, self.cfg.catalogue, self.cfg.cluster.default_placement, self.max_jobs)
         placement = request.view.placement or "own"  # the request's placer, or the scheduler's own
         name = request.scheduler

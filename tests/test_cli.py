@@ -98,6 +98,19 @@ def test_bench_commands_print_json(capsys):
     assert code == 0 and json.loads(out)["jobs"] == 30
 
 
+@pytest.mark.parametrize("extra", [(), ("--reference",), ("--scheduler", "drf"), ("--gc-freeze", "--sample")])
+def test_bench_decide_on_a_generated_view_under_the_deployed_placer(capsys, extra):
+    model = REPO / "models" / "dl2-testbed.pt"
+    code, out, _ = run_cli(capsys, "bench", "decide", "--config", str(CONFIGS / "testbed.yaml"), "--policy",
+                           str(model), "--jobs", "12", "--nodes", "30", "--repeats", "2", *extra, "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["jobs"], doc["nodes"], doc["view"]) == (12, 30, "generated")
+    assert doc["path"] == ("heuristic" if "drf" in extra else "reference" if extra[:1] == ("--reference",)
+                           else "fused")
+    assert doc["placement"] == ("load_balancing" if "drf" in extra else "optimus")  # each one's own placer
+    assert doc["gc_frozen"] == ("--gc-freeze" in extra) and doc["tasks_p50"] > 0
+
+
 @pytest.mark.slow
 def test_demo_compares_the_shipped_policy_on_test_traces(capsys, tmp_path):
     model = REPO / "models" / "dl2-testbed.pt"

@@ -1,7 +1,7 @@
 """The shape policy's slot decision as a gymnasium environment: one step = one slot.
 
 The shape policy (:mod:`dl2ray.policy.shape`) picks one ``(workers, PS)`` menu
-row per job and :func:`~dl2ray.policy.shape.decide_shapes` places them. Here the
+row per job and :func:`~dl2ray.policy.shape_decode.decide_shapes` places them. Here the
 learner picks the rows; the environment places them with the same decision code.
 
 **Jobs shown.** The first ``J = max_jobs`` jobs of the slot's view (arrival
@@ -18,12 +18,12 @@ view ``dl2:PATH`` decides on.
 - ``"global"`` ``(G,)``: the global row of the shown jobs;
 - ``"job_mask"`` ``(J,)``: 1 for a shown job, 0 for padding;
 - ``"action_mask"`` ``(J, K)`` (:func:`menu_mask`): 1 where the menu row is
-  within the job's caps (:func:`~dl2ray.policy.shape.cap_mask`) and its demand
+  within the job's caps (:func:`~dl2ray.policy.shape_decode.cap_mask`) and its demand
   fits the cluster's free total; wait (row 0) always 1; padding rows wait only.
 
 **Action**: ``MultiDiscrete([K] * J)``, each job's menu row (padding rows' are
 ignored). :func:`apply_actions` turns it into logits for
-:func:`~dl2ray.policy.shape.decide_shapes`: every job that chose a shape is
+:func:`~dl2ray.policy.shape_decode.decide_shapes`: every job that chose a shape is
 placed before every job that chose wait (arrival order within each), and a job
 gets its row whenever the mask at its turn allows it (work conservation
 included); otherwise it gets wait if allowed, else the first allowed menu row.
@@ -60,7 +60,8 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.envs.dl2_env import episode_settings, start_trace, step_slot
 from dl2ray.evaluation.metrics import summarize_run
 from dl2ray.knowledge.hidden import operator_config
-from dl2ray.policy.shape import WAIT, ShapeDecision, ShapeEncoding, cap_mask, decide_shapes, job_features
+from dl2ray.policy.shape import WAIT, ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import ShapeDecision, cap_mask, decide_shapes
 from dl2ray.view import ClusterView
 
 #: the logit of a row the job did not choose: low enough that exp() of it relative to the chosen row's 0 is
@@ -77,7 +78,7 @@ def shown_view(view: ClusterView, max_jobs: int) -> ClusterView:
 def menu_mask(view: ClusterView, enc: ShapeEncoding) -> np.ndarray:
     """``(n, K)`` bool: within the job's caps and fitting the free total of ``view`` alone; wait always.
 
-    A superset of every mask :func:`~dl2ray.policy.shape.decide_shapes` gives the job at its turn.
+    A superset of every mask :func:`~dl2ray.policy.shape_decode.decide_shapes` gives the job at its turn.
     """
     n = len(view.jobs)
     mask = cap_mask(view, enc)

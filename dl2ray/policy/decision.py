@@ -284,7 +284,10 @@ def set_leaf(trees, nodes, dem, k, n):
             score[m, k, v], node[m, k, v] = np.inf, -1
         v //= 2
         while v >= 1:
+            was_score, was_node = score[m, k, v], node[m, k, v]
             _pull(score, node, m, k, v)
+            if score[m, k, v] == was_score and node[m, k, v] == was_node:
+                break  # the vertices above depend on this one only through its value
             v //= 2
 
 

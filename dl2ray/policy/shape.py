@@ -57,38 +57,8 @@ the row is the job's previous deployment; w / 8; p / 16. So ``F = 12 + 6·K``.
 **Scores.** A network shared by all jobs (:mod:`dl2ray.policy.shape_net`)
 maps the ``(n, F)`` rows and the global row to ``(n, K)`` logits at once.
 
-**Decision** (:func:`decide_shapes`, a compiled loop): jobs are taken in
-order of their *run odds* ``logsumexp(logits of the cap-allowed shapes but
-wait) − logit(wait)`` (largest first; ties: view order). For each job the
-*mask* allows wait, and every shape within the job's caps whose demand
-``w·d_worker + p·d_PS`` fits the cluster's free total left by the jobs before
-it; the job's shape is the argmax (greedy) or a Gumbel-max sample of its
-masked logits. **Work conservation** (``policy.shape.work_conserving``, the
-default): wait is allowed only when no other row of the job fits, so the
-policy orders jobs and sizes them but never idles capacity a waiting job could
-use — without it, a policy imitating the planner on Philly segments met queues
-longer than any it was trained on, waited with every job and never recovered
-(docs/RESULTS.md). Its tasks go through the configured placer (the same
-tournament trees as :mod:`dl2ray.policy.decision`) worker, PS, worker, PS,
-…; a task that finds no node stops that role (the shape is *truncated*), and
-a job left without a worker or without a PS releases what it got. The
-allocation is therefore feasible by construction.
-
-**Placement** (``policy.shape.placement``). ``per-job`` keeps the tasks as
-the loop above placed them, one job's whole shape after another's.
-``interleaved`` (the default since issue 22) then places the decided counts
-again from the slot's free capacity the way the planner and Optimus place
-theirs: in the jobs' order, every job's first worker and PS, then one task per
-job per round (a job's next task is the role furthest behind its count, as a
-fraction), a task that finds no node truncating its role. With the same
-counts the layouts differ, and the simulator's placement model and
-co-location interference reward the interleaved one: the planner's own
-decisions sent through the menu and this decoder run 1.065 ± 0.013 of the
-planner per-job and 1.011 ± 0.015 interleaved (five validation traces,
-docs/RESULTS.md, "The decoder's placement").
-
-The chosen menu row (not the truncated counts) is the action; masks and
-actions are recorded per job for learning.
+**Decision and placement**: :mod:`dl2ray.policy.shape_decode` (the menu loop, masks, placement), and
+:mod:`dl2ray.policy.shape_fused` (features, network and decoder as one compiled pass, the deployed path).
 """
 
 from __future__ import annotations
@@ -99,19 +69,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from numba import njit
 
 from dl2ray.cluster import placement_mode
-from dl2ray.policy.decision import (
-    build_trees,
-    greedy_compiled,
-    place_task,
-    placed_allocation,
-    sample_compiled,
-    set_leaf,
-    view_modes,
-)
-from dl2ray.view import Allocation, ClusterView, JobPlacement, JobView
+from dl2ray.view import ClusterView, JobPlacement, JobView
 
 JOB_EXTRA = 8
 """Job feature columns after the type one-hot."""
@@ -128,8 +88,36 @@ GRID = 16
 """Profile cost grids cover ``(p, w)`` in 1..GRID (larger counts use the edge)."""
 GLOBAL_DIM = 4
 WAIT = 0
-_EPS = 1e-9
-_WORKER, _PS = 0, 1
+
+
+@dataclass(frozen=True)
+class ProfileTables:
+    """Per job type ``t`` and menu row ``k``, what the profile columns take from the profile alone (module
+    docstring), float64 before the features' float32: ``c11`` (L,) ``c(1, 1)``; ``rows`` (L, K) ``c(p, w)``
+    of row ``k`` (``p``, ``w`` capped at :data:`GRID`; column 0, wait, unused); ``speedup`` (L, K) the row's
+    first column ``ln(c(p, w) / c(1, 1)) / 3`` clipped (wait: 0); ``best`` (L,) the job column of the
+    profile's best speed-up. Read-only."""
+
+    c11: np.ndarray
+    rows: np.ndarray
+    speedup: np.ndarray
+    best: np.ndarray
+
+    @classmethod
+    def of(cls, cost: np.ndarray, shapes: np.ndarray) -> ProfileTables:
+        """From the ``(L, GRID, GRID)`` cost grid and the ``(K, 2)`` menu."""
+        s = shapes[1:]
+        c11 = cost[:, 0, 0]
+        rows = np.zeros((cost.shape[0], shapes.shape[0]))
+        rows[:, 1:] = cost[:, np.minimum(s[:, 1], GRID) - 1, np.minimum(s[:, 0], GRID) - 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.log(rows[:, 1:] / c11[:, None])
+        speedup = np.zeros_like(rows)
+        speedup[:, 1:] = np.clip(np.nan_to_num(ratio, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
+        best = np.clip(-np.nanmin(np.where(np.isfinite(ratio), ratio, np.inf), axis=1), 0.0, 3.0) / 3.0
+        for a in (c11, rows, speedup, best):
+            a.setflags(write=False)
+        return cls(c11, rows, speedup, best)
 
 
 @dataclass(frozen=True)
@@ -183,6 +171,14 @@ class ShapeEncoding:
     def layout_modes(self) -> np.ndarray:
         """``(M,)`` int64: the placement mode of each layout (:func:`dl2ray.cluster.placement_mode`)."""
         return np.array([placement_mode(name) for name in self.layouts], dtype=np.int64)
+
+    @cached_property
+    def profile_tables(self) -> ProfileTables:
+        """The profile columns that depend on a job's type and the menu row only, computed once
+        (:class:`ProfileTables`); ValueError without the operator's profile."""
+        if self.cost is None:
+            raise ValueError("profile features need the operator's profile (ShapeEncoding.from_config)")
+        return ProfileTables.of(self.cost, self.shapes)
 
     @cached_property
     def cost_lists(self) -> list:
@@ -360,29 +356,25 @@ def _profile_columns(view: ClusterView, enc: ShapeEncoding, x: np.ndarray, rem: 
     """Fill the profile columns of ``x`` (n, F) in place (module docstring), from the jobs' columns that
     :func:`job_features` read: remaining epochs, type index, workers and PS (n,), demands (n, 3), and the
     cluster's total capacity (3,)."""
-    if enc.cost is None:
-        raise ValueError("profile features need the operator's profile (ShapeEncoding.from_config)")
+    tab = enc.profile_tables
     jobs, n, k = view.jobs, len(view.jobs), enc.num_shapes
     shapes = enc.shapes[1:]
-    grids = enc.cost[ti]  # (n, GRID, GRID)
-    c11 = grids[:, 0, 0]
-    rows = grids[:, np.minimum(shapes[:, 1], GRID) - 1, np.minimum(shapes[:, 0], GRID) - 1]  # (n, K-1)
+    c11 = tab.c11[ti]
+    rows = tab.rows[ti, 1:]  # (n, K-1)
     lists = enc.cost_lists
     slow = np.array([observed_slowness(j, lists[j.type_index]) for j in jobs], dtype=np.float64)
     t1 = rem * c11 * slow / view.slot_seconds
-    with np.errstate(divide="ignore", invalid="ignore"):
-        speedup = np.log(rows / c11[:, None])
     c = JOB_EXTRA
     x[:, c] = np.log10(1.0 + t1) / 3.0
     x[:, c + 1] = np.log(slow)
     x[:, c + 2] = np.clip(wd[:, 1], 0.0, 1.0)
-    x[:, c + 3] = np.clip(-np.nanmin(np.where(np.isfinite(speedup), speedup, np.inf), axis=1), 0.0, 3.0) / 3.0
+    x[:, c + 3] = tab.best[ti]
     inv = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
     share = ((shapes[None, :, 0, None] * wd[:, None, :] + shapes[None, :, 1, None] * pd[:, None, :])
              * inv).max(axis=2)  # (n, K-1)
     prev = (shapes[None, :, 0] == workers[:, None]) & (shapes[None, :, 1] == ps[:, None])
     r = x[:, enc.job_columns:].reshape(n, k, enc.row_dim)
-    r[:, 1:, 0] = np.clip(np.nan_to_num(speedup, nan=1.0, posinf=1.0), -3.0, 1.0) / 3.0
+    r[:, 1:, 0] = tab.speedup[ti, 1:]
     r[:, 1:, 1] = np.log10(1.0 + np.minimum(t1[:, None] * rows / c11[:, None], 1e6)) / 3.0
     r[:, 1:, 2] = np.clip(share * n / 8.0, 0.0, 1.0)
     r[:, 1:, 3] = prev
@@ -399,250 +391,3 @@ def _last_rate(job) -> float:
     """Epochs per second in the job's most recent slot that trained (0 if it never ran)."""
     rate = job.observed_speed()
     return 0.0 if rate is None else rate
-
-
-def cap_mask(view: ClusterView, enc: ShapeEncoding) -> np.ndarray:
-    """``(n, K)`` bool: the menu rows within each job's worker and PS caps (wait always)."""
-    s = enc.shapes
-    maxw = np.fromiter((j.max_workers for j in view.jobs), np.int64, len(view.jobs))
-    maxp = np.fromiter((j.max_ps for j in view.jobs), np.int64, len(view.jobs))
-    return (s[None, :, 0] <= maxw[:, None]) & (s[None, :, 1] <= maxp[:, None])
-
-
-def run_order(logits: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """Jobs by run odds, largest first (ties: view order); ``logits`` (n, K), ``caps`` (n, K) bool."""
-    if logits.shape[0] == 0:
-        return np.zeros(0, dtype=np.int64)
-    z = np.where(caps[:, 1:], logits[:, 1:].astype(np.float64), -np.inf)
-    top = z.max(axis=1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    lse = top[:, 0] + np.log(np.exp(z - top).sum(axis=1) + 1e-300)
-    odds = lse - logits[:, WAIT]
-    return np.argsort(-odds, kind="stable").astype(np.int64)
-
-
-@dataclass
-class ShapeDecision:
-    """One slot's decision: the allocation, and per job (view order) what the policy chose.
-
-    ``order`` (n,) the jobs' processing order; ``masks`` (n, K) bool the allowed
-    menu rows at each job's turn; ``actions`` (n,) the chosen menu rows;
-    ``tasks`` (n, 2) the workers and PS actually placed (after truncation).
-    """
-
-    allocation: Allocation
-    order: np.ndarray
-    masks: np.ndarray
-    actions: np.ndarray
-    tasks: np.ndarray
-
-
-def decide_shapes(view: ClusterView, enc: ShapeEncoding, logits: np.ndarray,
-                  rng: np.random.Generator | None = None, forced: tuple[int, int] | None = None
-                  ) -> ShapeDecision:
-    """The slot's decision from the jobs' ``(n, K)`` logits (module docstring).
-
-    ``rng`` None: greedy; otherwise every job's shape is sampled (Gumbel-max).
-    ``forced`` ``(job index, menu row)``: that job takes that row (if its mask
-    allows it, else its greedy choice) and every other job decides as usual —
-    the counterfactual a learner compares against the greedy decision.
-    """
-    n = len(view.jobs)
-    caps = cap_mask(view, enc)
-    order = run_order(logits, caps)
-    # each job's own task demands (a live or served job may differ from its type's), as rows of ``dem``
-    keys: dict[tuple[float, ...], int] = {}
-    wkey = np.array([keys.setdefault(tuple(map(float, j.worker_demand)), len(keys)) for j in view.jobs],
-                    dtype=np.int64)
-    pkey = np.array([keys.setdefault(tuple(map(float, j.ps_demand)), len(keys)) for j in view.jobs],
-                    dtype=np.int64)
-    dem = np.array(list(keys), dtype=np.float64).reshape(len(keys), 3)
-    cap = np.array(view.capacity, dtype=np.float64)
-    free = np.array(view.free, dtype=np.float64)
-    inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
-    modes = enc.layout_modes if enc.layouts else view_modes(view)
-    nodes = (cap, free, inv, modes)
-    masks = np.zeros((n, enc.num_shapes), dtype=np.bool_)
-    actions = np.zeros(n, dtype=np.int64)
-    tasks = np.zeros((n, 2), dtype=np.int64)
-    shapes = enc.shapes
-    most_w, most_p = int(shapes[:, 0].max()), int(shapes[:, 1].max())
-    tasks_max = sum(min(j.max_workers, most_w) + min(j.max_ps, most_p) for j in view.jobs)
-    placed = np.empty((max(tasks_max, 1), 3), dtype=np.int64)
-    fj, fa = forced if forced is not None else (-1, -1)
-    free0 = free.copy()  # the kernel places into ``free``
-    rows = enc.row_layouts
-    n_placed = _shape_kernel(np.ascontiguousarray(logits, dtype=np.float32), order, caps, shapes, rows,
-                             wkey, pkey, dem, nodes, rng, fj, fa, enc.work_conserving, masks, actions, tasks,
-                             placed)
-    if enc.interleaved:
-        n_placed = _interleave((cap, free0, inv, modes), dem, wkey, pkey, order, rows[actions], tasks, placed)
-    allocation = placed_allocation(view, placed[:n_placed], relayout=not enc.layouts)
-    if "optimus" in enc.layouts:
-        allocation = _optimus_rows(view, enc, allocation, actions)
-    return ShapeDecision(allocation, order, masks, actions, tasks)
-
-
-def _optimus_rows(view: ClusterView, enc: ShapeEncoding, allocation: Allocation, actions: np.ndarray
-                  ) -> Allocation:
-    """The jobs whose rows chose the ``optimus`` layout laid out again by the Optimus principle
-    (:func:`dl2ray.cluster.final_layout`) on what the other jobs left free, as the ``optimus`` placer lays
-    out all of them; their tasks were placed fullest-node-first, as that placer places while deciding."""
-    from dl2ray.cluster import final_layout, node_usage
-
-    opt = enc.layouts.index("optimus")
-    placed = allocation.placement or {}
-    chosen = {j.job_id for g, j in enumerate(view.jobs)
-              if enc.row_layouts[actions[g]] == opt and j.job_id in allocation.tasks}
-    if not chosen:
-        return allocation
-    jobs = {j.job_id: j for j in view.jobs}
-    others = Allocation({i: t for i, t in allocation.tasks.items() if i not in chosen},
-                        {i: p for i, p in placed.items() if i not in chosen})
-    free = view.free - node_usage(view.capacity, others, lambda i: (jobs[i].worker_demand, jobs[i].ps_demand))
-    mine = Allocation({i: t for i, t in allocation.tasks.items() if i in chosen},
-                      {i: p for i, p in placed.items() if i in chosen})
-    demands = {i: (jobs[i].worker_demand if t.workers else None, jobs[i].ps_demand if t.ps else None)
-               for i, t in mine.tasks.items()}
-    relaid = final_layout("optimus", free, mine, demands).placement or {}
-    return Allocation(dict(allocation.tasks), {**placed, **relaid})
-
-
-@njit(cache=True)
-def _unplace(nodes, dem, trees, key, n):
-    """Give back one task of demand ``dem[key]`` on node ``n`` (the inverse of ``place_task``)."""
-    free = nodes[1]
-    for r in range(3):
-        free[n, r] += dem[key, r]
-    for k in range(dem.shape[0]):
-        set_leaf(trees, nodes, dem, k, n)
-
-
-@njit(cache=True)
-def _fill_mask(mask, caps_row, shapes, wd, pd, total, conserving):
-    """Job ``g``'s mask: every cap-allowed row whose demand fits the free ``total``; wait always, or
-    (``conserving``) only when no other row fits."""
-    other = False
-    for k in range(shapes.shape[0]):
-        ok = caps_row[k]
-        if ok and k > 0:
-            for r in range(3):
-                if shapes[k, 0] * wd[r] + shapes[k, 1] * pd[r] > total[r] + _EPS:
-                    ok = False
-            other = other or ok
-        mask[k] = ok
-    mask[0] = not (conserving and other)
-
-
-@njit(cache=True)
-def _place_role(nodes, dem, trees, key, m, g, role, placed, n_placed):
-    """One task of job ``g`` in ``role``, placed by placement mode ``nodes[3][m]``: ``(rows of placed,
-    placed?)``."""
-    node = place_task(nodes, dem, trees, key, m)
-    if node < 0:
-        return n_placed, False
-    placed[n_placed, 0], placed[n_placed, 1], placed[n_placed, 2] = g, role, node
-    return n_placed + 1, True
-
-
-@njit(cache=True)
-def _place_shape(nodes, dem, trees, wkey, pkey, m, g, want_w, want_p, placed, n_placed):
-    """Worker, PS, worker, PS, … of job ``g`` until ``(want_w, want_p)``, by placement mode ``nodes[3][m]``;
-    a role whose task finds no node stops; a job left without a worker or a PS gives back what it got.
-    Returns ``(rows, w, p)``."""
-    start = n_placed
-    w = p = 0
-    w_open, p_open = want_w > 0, want_p > 0
-    while w_open or p_open:
-        if w_open:
-            n_placed, w_open = _place_role(nodes, dem, trees, wkey, m, g, _WORKER, placed, n_placed)
-            w += w_open
-            w_open = w_open and w < want_w
-        if p_open:
-            n_placed, p_open = _place_role(nodes, dem, trees, pkey, m, g, _PS, placed, n_placed)
-            p += p_open
-            p_open = p_open and p < want_p
-    if w == 0 or p == 0:  # a job cannot train without both
-        for i in range(start, n_placed):
-            _unplace(nodes, dem, trees, wkey if placed[i, 1] == _WORKER else pkey, placed[i, 2])
-        return start, 0, 0
-    return n_placed, w, p
-
-
-@njit(cache=True)
-def _shape_kernel(logits, order, caps, shapes, row_mode, wkey, pkey, dem, nodes, rng, forced_job, forced_row,
-                  conserving, masks, actions, tasks, placed):
-    """decide_shapes' loop; fills ``masks``/``actions``/``tasks`` and returns the rows of ``placed``
-    (``(job index, role, node)`` in placement order). ``row_mode`` (K,): each menu row's index into the
-    placement modes ``nodes[3]``."""
-    trees = build_trees(nodes, dem)
-    free = nodes[1]
-    total = np.zeros(3)
-    for r in range(3):
-        for n in range(free.shape[0]):
-            total[r] += free[n, r]
-    n_placed = 0
-    for idx in range(order.shape[0]):
-        g = order[idx]
-        wd, pd = dem[wkey[g]], dem[pkey[g]]
-        _fill_mask(masks[g], caps[g], shapes, wd, pd, total, conserving)
-        if g == forced_job and masks[g, forced_row]:
-            a = forced_row
-        elif g == forced_job or rng is None:
-            a = greedy_compiled(logits[g], masks[g])
-        else:
-            a = sample_compiled(logits[g], masks[g], rng)
-        actions[g] = a
-        n_placed, w, p = _place_shape(nodes, dem, trees, wkey[g], pkey[g], row_mode[a], g, shapes[a, 0],
-                                      shapes[a, 1], placed, n_placed)
-        tasks[g, 0], tasks[g, 1] = w, p
-        for r in range(3):
-            total[r] -= w * wd[r] + p * pd[r]
-    return n_placed
-
-
-@njit(cache=True)
-def _interleave(nodes, dem, wkey, pkey, order, job_mode, tasks, placed):
-    """Place the decided ``tasks`` ``(n, 2)`` again from ``nodes``' free capacity, interleaved: in
-    ``order``, every job's first worker and PS (both or neither), then rounds of one task per job
-    (worker when ``got_w / want_w ≤ got_p / want_p``, else PS) until every job has its counts or its
-    roles found no node; job ``g``'s tasks go by placement mode ``nodes[3][job_mode[g]]``. ``tasks``
-    becomes what was placed; returns the rows of ``placed``."""
-    trees = build_trees(nodes, dem)
-    want = tasks.copy()
-    tasks[:, :] = 0
-    n_placed = 0
-    for idx in range(order.shape[0]):
-        g = order[idx]
-        if want[g, 0] == 0 or want[g, 1] == 0:
-            want[g, 0] = want[g, 1] = 0
-            continue
-        start = n_placed
-        n_placed, ok = _place_role(nodes, dem, trees, wkey[g], job_mode[g], g, _WORKER, placed, n_placed)
-        if ok:
-            n_placed, ok = _place_role(nodes, dem, trees, pkey[g], job_mode[g], g, _PS, placed, n_placed)
-            if not ok:
-                _unplace(nodes, dem, trees, wkey[g], placed[start, 2])
-                n_placed = start
-        if ok:
-            tasks[g, 0] = tasks[g, 1] = 1
-        else:
-            want[g, 0] = want[g, 1] = 0
-    more = True
-    while more:
-        more = False
-        for idx in range(order.shape[0]):
-            g = order[idx]
-            w_left, p_left = want[g, 0] - tasks[g, 0], want[g, 1] - tasks[g, 1]
-            if w_left <= 0 and p_left <= 0:
-                continue
-            behind = tasks[g, 0] * want[g, 1] <= tasks[g, 1] * want[g, 0]  # workers no further along than PS
-            role = _WORKER if w_left > 0 and (p_left <= 0 or behind) else _PS
-            key = wkey[g] if role == _WORKER else pkey[g]
-            n_placed, ok = _place_role(nodes, dem, trees, key, job_mode[g], g, role, placed, n_placed)
-            if ok:
-                tasks[g, role] += 1
-            else:
-                want[g, role] = tasks[g, role]  # truncated: no node takes another task of this role
-            more = True
-    return n_placed

@@ -103,8 +103,22 @@ class NumpyShapePolicy:
                             net.row_in.weight.numpy().T.copy(), net.row_out.weight.numpy()[0].copy())
 
     def logits(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
-        cols = self.enc.job_columns
-        h = x[:, :cols]
+        h, ctx, out = self.trunk(x[:, :self.enc.job_columns], g)
+        if self.row is not None:
+            ri, ro = self.row[3], self.row[4]
+            a = self.row_input(h, ctx)  # (n, head)
+            n, k = x.shape[0], self.enc.num_shapes
+            cols = self.enc.job_columns
+            u = (x[:, cols:].reshape(n * k, self.enc.row_dim) @ ri).reshape(n, k, ri.shape[1])  # one product
+            u += a[:, None, :]
+            np.maximum(u, 0.0, out=u)
+            out = out + u @ ro
+        return out.astype(np.float32)
+
+    def trunk(self, x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(h, ctx, out)`` of the job columns ``x`` (n, job_columns) and the global row ``g``: the
+        embeddings (n, H), the context (2H + G,) and the logits before any row term (n, K)."""
+        h = x
         for w, b in self.embed:
             h = np.maximum(h @ w + b, 0.0)
         if h.shape[0]:
@@ -112,16 +126,13 @@ class NumpyShapePolicy:
         else:
             ctx = np.concatenate([np.zeros(2 * h.shape[1], np.float32), g])
         z = np.maximum(h @ self.wh_job + (ctx @ self.wh_ctx + self.bh), 0.0)
-        out = z @ self.wo + self.bo
-        if self.row is not None:
-            rj, rc, rb, ri, ro = self.row
-            a = h @ rj + (ctx @ rc + rb)  # (n, head)
-            n, k = x.shape[0], self.enc.num_shapes
-            u = (x[:, cols:].reshape(n * k, self.enc.row_dim) @ ri).reshape(n, k, ri.shape[1])  # one product
-            u += a[:, None, :]
-            np.maximum(u, 0.0, out=u)
-            out = out + u @ ro
-        return out.astype(np.float32)
+        return h, ctx, z @ self.wo + self.bo
+
+    def row_input(self, h: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        """``(n, head)``: each job's ``A·[h_j, c] + b`` of the row term (profile features only)."""
+        assert self.row is not None
+        rj, rc, rb = self.row[:3]
+        return h @ rj + (ctx @ rc + rb)
 
 
 @dataclass

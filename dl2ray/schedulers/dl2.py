@@ -11,8 +11,9 @@ Two architectures (``policy.arch``), told apart by the checkpoint itself:
   all jobs (:mod:`dl2ray.policy.shape`); the checkpoint must match the
   config's menu and catalogue.
 
-Inference is numpy (plus the compiled loops); torch is imported only to read
-the checkpoint, lazily, so this package stays importable without it.
+Inference is numpy (plus the compiled loops; a shape policy decides in one compiled pass,
+:mod:`dl2ray.policy.shape_fused`); torch is imported only to read the checkpoint, lazily, so this
+package stays importable without it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class DL2Scheduler:
         self.policy, self.enc = policy, policy.enc
         # the policy's architecture
         self.arch: Literal["paper", "shape"] = "shape" if isinstance(self.enc, ShapeEncoding) else "paper"
+        self._fused = None
+        if self.arch == "shape":
+            from dl2ray.policy.shape_fused import FusedShapePolicy
+
+            self._fused = FusedShapePolicy(policy)
         self.greedy, self._seed = greedy, seed
         self._rng = np.random.default_rng(seed)
 
@@ -98,11 +104,8 @@ class DL2Scheduler:
 
     def decide(self, view: ClusterView) -> Allocation:
         rng = None if self.greedy else self._rng
-        if self.arch == "shape":
-            from dl2ray.policy.shape import decide_shapes, job_features
-
-            x, g = job_features(view, self.enc)
-            return decide_shapes(view, self.enc, self.policy.logits(x, g), rng).allocation
+        if self._fused is not None:  # the shape policy's one compiled pass (dl2ray.policy.shape_fused)
+            return self._fused.decide(view, rng).allocation
         from dl2ray.policy.decision import decide_slot
 
         return decide_slot(view, self.policy, self.enc, self.greedy, self._rng).allocation

@@ -31,7 +31,8 @@ from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.evaluation.metrics import censored_avg_jct
 from dl2ray.learn.shape.sl import teacher_sample
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+from dl2ray.policy.shape import ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.seeds import validation
 from dl2ray.sim import run_episode

@@ -27,7 +27,8 @@ from typing import Literal
 
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.learn.shape.sl import teacher_sample
-from dl2ray.policy.shape import WAIT, decide_shapes, job_features
+from dl2ray.policy.shape import WAIT, job_features
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.workload import Trace
 from dl2ray.world import build_simulator

@@ -7,7 +7,7 @@ planner (per trace, mean ± 95 % Student-t half-width):
 - ``planner``: the teacher itself;
 - ``menu per-job`` / ``menu interleaved``: the planner's own decisions sent through the shape policy's
   action space, each job's ``(workers, PS)`` labelled with its nearest menu row as SL labels it, then
-  decoded by :func:`~dl2ray.policy.shape.decide_shapes` — a perfect imitator of the teacher;
+  decoded by :func:`~dl2ray.policy.shape_decode.decide_shapes` — a perfect imitator of the teacher;
 - ``dl2 per-job`` / ``dl2 interleaved``: the checkpoint ``--model`` decoded each way.
 
     .venv/bin/python tests/bench/bench_placement.py --config configs/testbed.yaml \\
@@ -28,7 +28,8 @@ import numpy as np
 from dl2ray.config import load_config
 from dl2ray.evaluation.metrics import censored_avg_jct, mean_ci95
 from dl2ray.learn.shape.sl import teacher_sample
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes
+from dl2ray.policy.shape import ShapeEncoding
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode
 from dl2ray.view import Allocation, ClusterView

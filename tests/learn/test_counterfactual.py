@@ -22,7 +22,8 @@ from dl2ray.learn.shape.counterfactual import (
 from dl2ray.learn.shape.sl import SlotSample
 from dl2ray.learn.sl import SLRun, run_sl
 from dl2ray.learn.train import train_rl
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+from dl2ray.policy.shape import ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.schedulers.dl2 import DL2Scheduler

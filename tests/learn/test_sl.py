@@ -106,7 +106,8 @@ def test_dagger_labels_the_students_own_slots_with_the_teacher():
     """Each recorded slot is a view the *student* reached (its greedy decisions drive the run), labelled with
     the teacher's decision in that view."""
     from dl2ray.learn.shape import sl as shape_sl
-    from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+    from dl2ray.policy.shape import ShapeEncoding, job_features
+    from dl2ray.policy.shape_decode import decide_shapes
     from dl2ray.policy.shape_net import NumpyShapePolicy, build_shape_policy
     from dl2ray.schedulers.base import make_scheduler
     from dl2ray.world import build_simulator

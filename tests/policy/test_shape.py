@@ -12,15 +12,8 @@ from hypothesis import strategies as st
 from policy_tiny import CAT, CFG, L, job, view
 
 from dl2ray.policy.network import CheckpointError
-from dl2ray.policy.shape import (
-    JOB_EXTRA,
-    WAIT,
-    ShapeEncoding,
-    cap_mask,
-    decide_shapes,
-    job_features,
-    run_order,
-)
+from dl2ray.policy.shape import JOB_EXTRA, WAIT, ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import cap_mask, decide_shapes, run_order
 from dl2ray.policy.shape_net import (
     NumpyShapePolicy,
     build_shape_policy,

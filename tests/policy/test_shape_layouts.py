@@ -15,15 +15,8 @@ from support import CONFIGS
 
 from dl2ray.config import load_config
 from dl2ray.policy.network import CheckpointError, read_checkpoint_doc
-from dl2ray.policy.shape import (
-    LAYOUT_DIM,
-    ROW_DIM,
-    ShapeEncoding,
-    decide_shapes,
-    job_features,
-    layout_label,
-    menu_rows,
-)
+from dl2ray.policy.shape import LAYOUT_DIM, ROW_DIM, ShapeEncoding, job_features, layout_label, menu_rows
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import (
     NumpyShapePolicy,
     build_shape_policy,

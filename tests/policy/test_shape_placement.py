@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from policy_tiny import CAT, CFG, L, job, view
 
 from dl2ray.policy.network import CheckpointError
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+from dl2ray.policy.shape import ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import (
     NumpyShapePolicy,
     build_shape_policy,

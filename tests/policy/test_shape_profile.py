@@ -19,10 +19,10 @@ from dl2ray.policy.shape import (
     PROFILE_JOB,
     ROW_DIM,
     ShapeEncoding,
-    decide_shapes,
     job_features,
     observed_slowness,
 )
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import (
     NumpyShapePolicy,
     build_shape_policy,

@@ -31,7 +31,8 @@ from dl2ray.learn.rllib.shape_module import (
 )
 from dl2ray.learn.rllib.train import ALGOS, RLlibRun, algorithm_config, run_arch
 from dl2ray.policy.network import CheckpointError
-from dl2ray.policy.shape import WAIT, cap_mask, decide_shapes, job_features
+from dl2ray.policy.shape import WAIT, job_features
+from dl2ray.policy.shape_decode import cap_mask, decide_shapes
 from dl2ray.policy.shape_net import checkpoint_arch, load_shape_checkpoint
 from dl2ray.schedulers.base import make_scheduler
 

@@ -9,7 +9,7 @@ architecture, algorithm, iteration, seed and validation JCT. The ``rllib:DIR``
 scheduler runs it through the same greedy decision loop as ``dl2:PATH``
 (:class:`~dl2ray.schedulers.dl2.DL2Scheduler`; paper: argmax of the masked
 logits, what RLlib's ``forward_inference`` of the module picks; shape:
-:func:`~dl2ray.policy.shape.decide_shapes` of the network's logits), in numpy, without Ray:
+:func:`~dl2ray.policy.shape_decode.decide_shapes` of the network's logits), in numpy, without Ray:
 ``compare``'s worker processes find it through the ``dl2ray.schedulers`` entry
 point (``pyproject.toml``). Imports neither Ray nor, until a policy is saved or
 loaded, torch.

@@ -12,7 +12,7 @@ deciding as the policy would: credit per job, from re-simulating the slot.
 **Collection** (:class:`CounterfactualCollector`), per training slot ``s_t``
 of one of ``envs`` side-by-side episodes:
 
-1. the greedy policy decides the slot (:func:`~dl2ray.policy.shape.decide_shapes`);
+1. the greedy policy decides the slot (:func:`~dl2ray.policy.shape_decode.decide_shapes`);
    ``q_0`` is the return of that decision followed by ``horizon − 1`` greedy
    slots from the same snapshot: ``q = Σ_{h<H} γ^h r_{t+h}`` with
    ``r = −Σ_j`` (the fraction of the slot job ``j`` was in the system); with
@@ -62,7 +62,8 @@ from scipy.optimize import minimize_scalar
 
 from dl2ray.learn.actor_critic import masked_entropy
 from dl2ray.learn.shape.sl import PaddedSlots, SlotSample
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+from dl2ray.policy.shape import ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
 from dl2ray.sim import Simulator, StepResult
 from dl2ray.view import Allocation, ClusterView

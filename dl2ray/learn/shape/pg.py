@@ -10,7 +10,7 @@ on the learner's own cluster (``policy.experience: cluster``, the default: onlin
 truth standing in for the live cluster and never read) or in its twin (``policy.experience: twin``: the
 :class:`~dl2ray.learn.shape.twin.TwinExperience` simulators and episode source of the counterfactual
 learner, operator-world episodes of the config or replays of what the cluster showed). Every slot is
-decided by :func:`~dl2ray.policy.shape.decide_shapes` with ``rng``: each job's
+decided by :func:`~dl2ray.policy.shape_decode.decide_shapes` with ``rng``: each job's
 menu row is *sampled* from its policy over the rows its mask allows at its turn (Gumbel-max, on
 policy). Per slot ``t``: the jobs' rows ``x`` (n, F), the global row ``g``, the masks, the sampled
 rows, and each job's id.
@@ -53,7 +53,8 @@ from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn.actor_critic import masked_entropy
 from dl2ray.learn.records import PolicyGradientRow
 from dl2ray.learn.shape.sl import PaddedSlots, SlotSample, masked_job_logits
-from dl2ray.policy.shape import ShapeEncoding, decide_shapes, job_features
+from dl2ray.policy.shape import ShapeEncoding, job_features
+from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
 from dl2ray.view import Allocation
 

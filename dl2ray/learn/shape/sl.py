@@ -25,7 +25,8 @@ import torch
 
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
-from dl2ray.policy.shape import ShapeEncoding, cap_mask, job_features, largest_node, layout_label
+from dl2ray.policy.shape import ShapeEncoding, job_features, largest_node, layout_label
+from dl2ray.policy.shape_decode import cap_mask
 from dl2ray.policy.shape_net import ShapePolicyNet
 from dl2ray.view import Allocation, ClusterView
 from dl2ray.workload import Trace
@@ -81,7 +82,7 @@ def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, 
     """DAgger (Ross et al., 2011): the *student's* (``net``, greedy) slots on each trace, labelled with what
     ``teacher`` would decide in them. The student's own mistakes lead to states the teacher never visits;
     these labels teach it the way back."""
-    from dl2ray.policy.shape import decide_shapes
+    from dl2ray.policy.shape_decode import decide_shapes
     from dl2ray.policy.shape_net import NumpyShapePolicy
 
     enc, student = net.enc, NumpyShapePolicy(net)
