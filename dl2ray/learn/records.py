@@ -28,6 +28,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from dl2ray.errors import UserError
+
 
 @dataclass(frozen=True)
 class Algorithm:
@@ -41,17 +43,20 @@ class Algorithm:
     counterfactual: bool = False  # shape: each tried row re-simulated (in a twin) against the greedy one
     on_policy: bool = False  # shape: episodes of the sampled policy against a learned value baseline
     a3c: bool = False  # runs on A3C agents (``train rl --agents N``), not only in one process
+    #: the :class:`RLOptions` switches it honours (Table 2's ablations): a run that turns off another
+    #: one is refused (:func:`check_switches`), never trained as if it had been
+    switches: tuple[str, ...] = ()
 
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("paper", "paper", "the DL2 paper's TD actor-critic (slot reward copied to its decisions)",
-              a3c=True),
+              a3c=True, switches=("critic", "exploration", "replay")),
     Algorithm("improve", "paper", "rollout policy improvement with per-step credit (dl2ray.learn.improve)",
               rollout_labels=True),
     Algorithm("counterfactual", "shape", "per-job counterfactual policy optimisation of the shape policy "
               "(dl2ray.learn.shape.counterfactual)", counterfactual=True, a3c=True),
     Algorithm("pg", "shape", "on-policy per-job policy gradient with a learned value baseline "
-              "(dl2ray.learn.shape.pg)", on_policy=True, a3c=True),
+              "(dl2ray.learn.shape.pg)", on_policy=True, a3c=True, switches=("critic", "exploration")),
     Algorithm("mix", "shape", "both in one update (dl2ray.learn.shape.mix)", counterfactual=True,
               on_policy=True),
 )}
@@ -62,6 +67,20 @@ ALGOS = tuple(ALGORITHMS)
 
 SHAPE_ALGOS = tuple(a.name for a in ALGORITHMS.values() if a.arch == "shape")
 """The algorithms that train the shape architecture (the others train the paper's)."""
+
+
+SWITCHES = ("critic", "exploration", "replay")
+"""The :class:`RLOptions` switches an algorithm may honour (:attr:`Algorithm.switches`)."""
+
+
+def check_switches(opts: RLOptions) -> None:
+    """UserError naming each switch ``opts`` turns off that ``opts.algo`` does not have."""
+    algo = algorithm(opts.algo)
+    off = [name for name in SWITCHES if not getattr(opts, name) and name not in algo.switches]
+    if off:
+        has = ", ".join(algo.switches) or "none"
+        raise UserError(f"{', '.join(f'{n}=false' for n in off)}: --algo {algo.name} has no such part to "
+                        f"turn off (its switches: {has})")
 
 
 def algorithm(name: str) -> Algorithm:

@@ -28,6 +28,7 @@ from dl2ray.learn.records import (
     UpdateRecord,
     ValidationRow,
     algorithm,
+    check_switches,
     result_doc,
     scalars,
 )
@@ -39,10 +40,12 @@ def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOp
                  val_cfg: ExperimentConfig | None = None) -> Any:
     """The trainer of ``opts.algo``: :class:`~dl2ray.learn.rl.Trainer` for the paper's architecture
     (``paper``, ``improve``), :class:`~dl2ray.learn.shape.trainer.ShapeTrainer` for the shape one
-    (``counterfactual``, ``pg``, ``mix``). Refuses an ``init`` checkpoint of the other architecture."""
+    (``counterfactual``, ``pg``, ``mix``). Refuses an ``init`` checkpoint of the other architecture, and
+    a switch turned off that the algorithm does not have (:func:`~dl2ray.learn.records.check_switches`)."""
     from dl2ray.policy.shape_net import checkpoint_arch
 
     arch = algorithm(opts.algo).arch
+    check_switches(opts)
     if init is not None and checkpoint_arch(init) != arch:
         raise CheckpointError(f"{init}: a {checkpoint_arch(init)!r} checkpoint; --algo {opts.algo} trains "
                               f"the {arch!r} architecture (train sl --arch {arch})")

@@ -42,7 +42,7 @@ import numpy as np
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.errors import UserError
-from dl2ray.learn.records import RLOptions, ValidationRow
+from dl2ray.learn.records import RLOptions, ValidationRow, algorithm
 from dl2ray.learn.train import train_rl
 from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.policy.shape_net import load_policy_net
@@ -59,9 +59,6 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no-replay": {"replay": False},
     "zero-advantage": {"zero_advantage": True},
 }
-#: The variants that mean something for ``algo="improve"`` and ``"counterfactual"`` (no critic,
-#: exploration or replay there).
-IMPROVE_ABLATIONS = ("full", "zero-advantage")
 WARM_START = "warm-start"
 
 Progress = Callable[[str, int], None]  # (run name, updates done)
@@ -360,13 +357,13 @@ def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: R
              out_dir: Path, workers: int = 2, progress: Progress | None = None,
              seeds: int = 1, variants: Sequence[str] | None = None, resume: bool = False) -> EvalReport:
     """Table 2 plus the zero-advantage control: ``full`` and one variant per entry of :data:`ABLATIONS`
-    (for ``algo="improve"`` or ``"counterfactual"``: :data:`IMPROVE_ABLATIONS`), same init and updates,
+    the algorithm has (:func:`ablations_of`), same init and updates,
     training seeds
     ``seed .. seed+seeds-1``, and the warm start itself; runs are named ``VARIANT`` (one seed) or
     ``VARIANT@SEED``, the reference is ``full`` of the first seed. ``variants``: a subset (``full``
     is always run). ``resume``: continue (or read back) the runs already in ``out_dir``."""
     full = replace(opts, critic=True, exploration=True, replay=True, zero_advantage=False)
-    names = IMPROVE_ABLATIONS if opts.algo in ("improve", "counterfactual") else tuple(ABLATIONS)
+    names = ablations_of(opts.algo)
     if variants is not None:
         unknown = sorted(set(variants) - set(names))
         if unknown:
@@ -377,6 +374,13 @@ def ablation(cfg: ExperimentConfig, init: Path, updates: int, seed: int, opts: R
              for s in range(seed, seed + seeds) for name in names]
     return train_and_test(cfg, plans, _seeded("full", seed, seeds), test_traces, workers, progress,
                           warm_start=init, resume=resume)
+
+
+def ablations_of(algo: str) -> tuple[str, ...]:
+    """The :data:`ABLATIONS` that mean something for ``algo``: ``full``, the control, and each variant
+    whose switches the algorithm has (:attr:`~dl2ray.learn.records.Algorithm.switches`)."""
+    has = set(algorithm(algo).switches)
+    return tuple(name for name, off in ABLATIONS.items() if set(off) - {"zero_advantage"} <= has)
 
 
 def _seeded(name: str, seed: int, seeds: int) -> str:

@@ -86,3 +86,62 @@ def test_train_rl_pg_writes_resumes_with_its_baseline(tmp_path) -> None:
 def test_bad_pg_options_exit_2(capsys, tmp_path, argv, message) -> None:
     code, _, err = run_cli(capsys, "train", "rl", *argv, "--out", str(tmp_path / "a.pt"), "--updates", "1")
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_without_the_critic_the_baseline_is_the_mean_credit_and_the_value_net_is_not_touched() -> None:
+    from dl2ray.learn.shape.pg import SurrogateTarget
+
+    net = build_shape_policy(ENC, (16,), 8, 0)
+    value = build_job_value(ENC, 8, 0)
+    before = [p.detach().clone() for p in value.parameters()]
+    data = _collector("job").collect(NumpyShapePolicy(net), 2)
+    vopt = torch.optim.Adam(value.parameters(), lr=1e-2)
+    plain = SurrogateTarget(net, value, vopt, data, epochs=2, critic=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, value.parameters(), strict=True))
+    credit = torch.from_numpy(np.concatenate(data.credit)).float()
+    z = (credit - credit.mean()) / (credit.std() + 1e-6)
+    # the decisions in PaddedSlots' order are the slots' in order, so the advantages are the credit's z-scores
+    assert torch.allclose(plain.adv, (z - z.mean()) / (z.std() + 1e-6), atol=1e-5)
+    critic = SurrogateTarget(net, value, vopt, data, epochs=2)
+    assert any(not torch.equal(a, b) for a, b in zip(before, value.parameters(), strict=True))
+    assert not torch.allclose(critic.adv, plain.adv)
+
+
+@pytest.mark.parametrize(("switch", "entropy", "critic"), [
+    ("exploration", 0.0, True), ("critic", None, False), (None, None, True)])
+def test_pg_ablation_switches_reach_the_update(monkeypatch, switch, entropy, critic) -> None:
+    import dl2ray.learn.shape.trainer as trainer_mod
+
+    seen: dict = {}
+    real = trainer_mod.pg_update
+
+    def spy(*args, **kw):
+        seen["entropy"], seen["critic"] = args[7], args[10]
+        return real(*args, **kw)
+
+    monkeypatch.setattr(trainer_mod, "pg_update", spy)
+    opts = RLOptions(traces=2, val_traces=1, val_every=5, algo="pg", **({switch: False} if switch else {}))
+    train_rl(TINY, None, 1, 0, None, opts)
+    assert seen["entropy"] == (TINY.policy.shape.entropy_weight if entropy is None else entropy)
+    assert seen["critic"] is critic
+
+
+@pytest.mark.parametrize(("algo", "off", "message"), [
+    ("pg", "replay", "replay=false: --algo pg has no such part"),
+    ("counterfactual", "critic", "critic=false: --algo counterfactual has no such part"),
+    ("mix", "exploration", "its switches: none"),
+])
+def test_a_switch_the_algorithm_does_not_have_is_refused(algo, off, message) -> None:
+    from dl2ray.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        train_rl(TINY, None, 1, 0, None, RLOptions(traces=2, val_traces=1, algo=algo, **{off: False}))
+
+
+def test_each_algorithm_ablates_what_it_has() -> None:
+    from dl2ray.studies.learning import ABLATIONS, ablations_of
+
+    assert ablations_of("paper") == tuple(ABLATIONS)
+    assert ablations_of("pg") == ("full", "no-actor-critic", "no-exploration", "zero-advantage")
+    assert ablations_of("counterfactual") == ablations_of("mix") == ablations_of("improve") == (
+        "full", "zero-advantage")

@@ -31,6 +31,11 @@ layers of ``head`` units) fitted each update to the credit by mean squared error
 steps on standardised targets); it is the learner's own, kept between updates and in its checkpoint,
 never shipped. Advantage ``A = credit − V``, standardised over the update's job decisions.
 
+**Ablations** (Table 2, ``RLOptions``): ``critic`` False drops the value baseline (the update's mean
+credit instead, :class:`SurrogateTarget`); ``exploration`` False drops the entropy bonus (β = 0: the
+sampled policy is this learner's only exploration, and without the bonus nothing keeps it from
+collapsing onto the rows it already prefers). It has no experience replay to turn off.
+
 **Update** (:func:`pg_update`): PPO's clipped surrogate on the sampled rows (ratio clip 0.2) minus
 ``entropy_weight``·H, up to ``epochs`` Adam steps, stopped once the mean ``KL(old ‖ new)`` over the
 update's job decisions exceeds ``trust`` (the same KL limit as the counterfactual learner).
@@ -188,12 +193,16 @@ class SurrogateTarget:
     :func:`pg_update` steps on it alone; the mixed learner (:mod:`dl2ray.learn.shape.mix`) adds it to the
     counterfactual improvement.
 
+    ``critic`` False (Table 2's "without actor-critic"): no value network is fitted or read; the baseline
+    is the update's mean credit (the paper's moving average of rewards: any constant baseline leaves the
+    same standardised advantages), so ``A`` is the standardised credit itself.
+
     ``control`` (the zero-advantage control run): the advantages are shuffled among the update's job
     decisions with this generator: the same magnitudes and so the same KL-limited steps, in directions
     that carry no information about which choice did better."""
 
     def __init__(self, net: ShapePolicyNet, value: JobValue, value_opt: torch.optim.Optimizer, data: Played,
-                 epochs: int, control: np.random.Generator | None = None) -> None:
+                 epochs: int, control: np.random.Generator | None = None, critic: bool = True) -> None:
         self.batch = batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
         self.keep = keep = batch.present
         credit = torch.zeros(keep.shape)
@@ -203,14 +212,14 @@ class SurrogateTarget:
         self.mean_credit, sd = float(target.mean()), float(target.std()) + 1e-6
         z = (target - self.mean_credit) / sd
         self.value_loss = 0.0
-        for _ in range(4 * epochs):
+        for _ in range(4 * epochs if critic else 0):
             loss = ((value(batch.x, batch.g)[keep] - z) ** 2).mean()
             value_opt.zero_grad()
             loss.backward()
             value_opt.step()
             self.value_loss = loss.item()
         with torch.no_grad():
-            adv = z - value(batch.x, batch.g)[keep]
+            adv = z - value(batch.x, batch.g)[keep] if critic else z
             adv = (adv - adv.mean()) / (adv.std() + 1e-6)
             if control is not None:
                 adv = adv[torch.from_numpy(control.permutation(adv.shape[0]))]
@@ -240,10 +249,11 @@ class SurrogateTarget:
 def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
               value_opt: torch.optim.Optimizer, data: Played, epochs: int, trust: float | None,
               entropy_weight: float, update: int = -1,
-              control: np.random.Generator | None = None) -> PolicyGradientRow:
+              control: np.random.Generator | None = None, critic: bool = True) -> PolicyGradientRow:
     """One update of ``net`` (and the baseline ``value``) on ``data`` (module docstring); its record.
-    ``control``: the zero-advantage control (:class:`SurrogateTarget`)."""
-    target = SurrogateTarget(net, value, value_opt, data, epochs, control)
+    ``control``: the zero-advantage control; ``critic`` False: no learned baseline
+    (:class:`SurrogateTarget`)."""
+    target = SurrogateTarget(net, value, value_opt, data, epochs, control, critic)
     kl = entropy = policy_loss = 0.0
     steps = 0
     for _ in range(epochs):

@@ -139,8 +139,9 @@ class ShapeTrainer:
                 self.experience.observe_if_due(policy)
             s = self.cfg.policy.shape
             played = self.pg.collect(policy, s.envs)
+            entropy_weight = s.entropy_weight if self.opts.exploration else 0.0
             row = pg_update(self.policy, self.value, self.opt, self.value_opt, played, s.epochs, s.trust,
-                            s.entropy_weight, self.updates, control)
+                            entropy_weight, self.updates, control, self.opts.critic)
         else:
             assert self.experience is not None
             data = self.experience.collect(policy)
