@@ -1,13 +1,14 @@
 """``dl2ray experiment ...``: the paper's learning experiments (composition root for them).
 
-``training-curve`` (Fig. 10), ``ablation`` (Table 2) and ``offline-rl`` (the
-OfflineRL baseline); the experiments themselves are in
-:mod:`dl2ray.studies.learning`. Every bad option is one ``UserError`` line
+``paper`` (Fig. 10, Fig. 16 and Table 2 in one run, online), ``training-curve`` (Fig. 10),
+``ablation`` (Table 2) and ``offline-rl`` (the OfflineRL baseline); the experiments themselves are
+in :mod:`dl2ray.studies.learning` and :mod:`dl2ray.studies.paper`. Every bad option is one ``UserError`` line
 naming it (exit 2), raised before any training starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import typing
@@ -79,7 +80,7 @@ def _checkpoint(option: str, path: Path, cfg: ExperimentConfig) -> dict:
     """Fail fast on a missing or mismatched checkpoint; its ``extra`` record.
 
     Sets torch to one thread first: this process forks evaluation workers later
-    (see :func:`dl2ray.studies.learning._mean_jct`), which is only safe if its
+    (see :func:`dl2ray.studies.learning.mean_jct`), which is only safe if its
     torch never ran a multi-threaded OpenMP region.
     """
     import torch
@@ -330,6 +331,51 @@ def ablation(
                              resume)
     _report(report, cfg, init, updates, seed, opts, out, "ablation", "Ablation (Table 2)", json_out,
             variants=ex.by_variant(report))
+
+
+@app.command("paper")
+def paper(
+    out: OutOpt,
+    config: ConfigOpt = None,
+    quick: Annotated[bool, typer.Option(
+        help="smoke-sized: 1 update, 1 seed, DRF and FIFO, 1-2 traces per stage")] = False,
+    updates: Annotated[int | None, typer.Option(help="RL updates per run (default 60; quick 1)")] = None,
+    seeds: Annotated[int | None, typer.Option(help="training seeds 0..N-1 (default 3; quick 1)")] = None,
+    test_traces: Annotated[int | None, typer.Option(help="test traces (default 10; quick 1)")] = None,
+    workers: WorkersOpt = 2,
+    json_out: JsonOpt = False,
+) -> None:
+    """The paper's learning experiments, online: Fig. 10 (SL only, RL only, SL+RL), Fig. 16 (DRF, FIFO and
+    SRTF students, then online RL, over seeds) and Table 2 (the learner's parts, beside the
+    zero-advantage control); OUT/paper.md with the paper's numbers beside ours, plots, OUT/paper.json.
+    A run left unfinished continues where it stopped when started again with the same OUT."""
+    import shlex
+
+    import torch
+
+    from dl2ray.studies import paper as study
+    from dl2ray.studies.paper_report import write_report
+
+    cfg = load_config(config)
+    _at_least("--workers", workers)
+    s = study.PaperSettings.quick(workers) if quick else study.PaperSettings(workers=workers)
+    for option, value in (("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces)):
+        if value is not None:
+            _at_least(option, value)
+    s = dataclasses.replace(s, updates=updates or s.updates, test_traces=test_traces or s.test_traces,
+                            seeds=tuple(range(seeds)) if seeds else s.seeds)
+    out = _out_dir(out)
+    torch.set_num_threads(1)  # this process forks evaluation workers (see _checkpoint)
+    with _Bars(s.updates) as bars:
+        result = study.run_paper(cfg, s, out, bars)
+    given = [("--config", config), ("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces)]
+    command = shlex.join(["dl2ray", "experiment", "paper", "--out", str(out), *(["--quick"] if quick else []),
+                          *(x for opt, v in given if v is not None for x in (opt, str(v))),
+                          "--workers", str(workers)])
+    report = write_report(result, out, command)
+    _write_json({**study.document(result), "report": str(report)}, out / "paper.json", json_out)
+    if not json_out:
+        print(f"wrote {report} ({result.wall_s / 60:.1f} min)")
 
 
 @app.command("offline-rl")

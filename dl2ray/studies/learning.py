@@ -210,7 +210,7 @@ def _drain(q, progress: Progress | None) -> None:
             progress(name, update)
 
 
-def _mean_jct(cfg: ExperimentConfig, schedulers: Sequence[str], trace_seeds: Sequence[int],
+def mean_jct(cfg: ExperimentConfig, schedulers: Sequence[str], trace_seeds: Sequence[int],
               processes: int) -> dict[str, dict]:
     """Per scheduler spec: the aggregate row of :func:`dl2ray.evaluation.comparison.compare` (mean over
     traces).
@@ -327,7 +327,7 @@ def train_and_test(cfg: ExperimentConfig, plans: Sequence[RunPlan], reference: s
     specs = {r.name: f"dl2:{r.best}" for r in records}
     if warm_start is not None:
         specs[WARM_START] = f"dl2:{warm_start}"
-    jct = _mean_jct(cfg, ["drf", *specs.values()], test_seeds, processes=workers)
+    jct = mean_jct(cfg, ["drf", *specs.values()], test_seeds, processes=workers)
     ref = float(jct[specs[reference]]["avg_jct"])
     rows = []
     for plan, rec in zip(plans, records, strict=True):

@@ -1,0 +1,272 @@
+"""The DL2 paper's learning experiments in one run (``dl2ray experiment paper``): Fig. 10, Fig. 16, Table 2.
+
+Every learner here learns **online**: ``policy.experience: cluster`` (the default), acting on its
+cluster through act/observe/reward (:mod:`dl2ray.envs.cluster_env`), never in a model of it.
+
+1. **Students** (Fig. 16's first bars): one supervised shape policy per teacher heuristic
+   (``OUT/sl-TEACHER.pt``, :func:`dl2ray.learn.sl.run_sl`, ``arch="shape"``), trained in parallel.
+2. **Runs**, all in one process pool (:func:`dl2ray.studies.learning.train_all`, resumable):
+   ``rl-only`` (from scratch, the first seed: Fig. 10), ``TEACHER@SEED`` (online RL from each student,
+   every seed: Fig. 16; the first teacher's first seed is also Fig. 10's ``sl+rl`` and Table 2's ``full``),
+   ``TEACHER-zero@SEED0`` (each student's zero-advantage control: the same run with the policy-gradient
+   signal removed) and one run per ablation the algorithm has (Table 2,
+   :func:`~dl2ray.studies.learning.ablations_of`), from the first student, first seed.
+3. **Validation** (model selection, Fig. 10's curves): each run's own validation traces
+   (:func:`dl2ray.seeds.validation`); the flat lines (the first student, its teacher, Optimus, the
+   planner) are measured on the same traces the same way (:func:`dl2ray.learn.validation.validate`).
+   Wall-clock per validation comes from each run's TensorBoard events (runs share the machine's cores:
+   with ``workers`` > 1 a run's seconds include its neighbours' contention).
+4. **Test** (every reported ratio): each run's best *validated* checkpoint, the students, the teachers,
+   Optimus and the planner on fresh test traces (:func:`dl2ray.seeds.test`), one
+   :func:`dl2ray.evaluation.comparison.compare` (finished jobs' average JCT, slots).
+
+What the command does not yet produce (issue 37): Fig. 15 (job types that arrive later) and Fig. 18
+(time to quality for 1, 2 and 4 A3C agents and a federation); the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from dl2ray import seeds as seedsets
+from dl2ray.config import ExperimentConfig
+from dl2ray.learn.records import RLOptions
+from dl2ray.learn.validation import heuristic_jct, validate
+from dl2ray.studies.learning import (
+    ABLATIONS,
+    Progress,
+    RunPlan,
+    RunRecord,
+    ablations_of,
+    mean_jct,
+    train_all,
+)
+
+#: The paper's figures for the experiments this command runs (§6.3–6.5), to put beside ours.
+PAPER = {
+    "vs_drf": 0.559,  # Fig. 9: DL2 improves average JCT by 44.1 % against DRF
+    "vs_optimus": 0.825,  # ... and by 17.5 % against Optimus
+    "srtf_speedup": 0.413,  # Fig. 16: "41.3 % speedup in the case of SRTF" (SL + RL against SRTF)
+    "table2": {"no-actor-critic": 21.1, "no-exploration": 28.8, "no-replay": 39.6},  # slowdown, %
+}
+RL_ONLY = "rl-only"
+
+
+@dataclass(frozen=True)
+class PaperSettings:
+    """How large a run is. :meth:`quick` is the smoke-sized one the slow tests run."""
+
+    updates: int = 60
+    seeds: tuple[int, ...] = (0, 1, 2)
+    teachers: tuple[str, ...] = ("drf", "fifo", "srtf")
+    algo: str = "pg"
+    traces: int = 100
+    val_traces: int = 5
+    val_every: int = 5
+    test_traces: int = 10
+    sl_traces: int = 30
+    sl_val_traces: int = 4
+    sl_epochs: int = 40
+    workers: int = 2
+
+    @classmethod
+    def quick(cls, workers: int = 2) -> PaperSettings:
+        return cls(updates=1, seeds=(0,), teachers=("drf", "fifo"), traces=2, val_traces=1, val_every=1,
+                   test_traces=1, sl_traces=2, sl_val_traces=1, sl_epochs=2, workers=workers)
+
+    def options(self) -> RLOptions:
+        return RLOptions(traces=self.traces, val_traces=self.val_traces, val_every=self.val_every,
+                         checkpoint_every=max(self.updates, 1), algo=self.algo)  # type: ignore[arg-type]
+
+
+@dataclass
+class PaperResult:
+    """What :func:`run_paper` measured (the report's inputs)."""
+
+    config: str
+    settings: PaperSettings
+    students: dict[str, str]  # teacher -> SL checkpoint
+    records: list[RunRecord]
+    curve: list[tuple[int, str, float]]  # (update, run, validation avg JCT)
+    wall: list[tuple[float, str, float]]  # (seconds since the run's start, run, validation avg JCT)
+    val_seeds: list[int]
+    test_seeds: list[int]
+    test: dict[str, dict]  # scheduler spec -> compare's aggregate row
+    wall_s: float
+    stages_s: dict[str, float] = field(default_factory=dict)
+
+    def jct(self, spec: str) -> float:
+        return float(self.test[spec]["avg_jct"])
+
+
+def _student_path(out: Path, teacher: str) -> Path:
+    return out / f"sl-{teacher}.pt"
+
+
+def _train_student(cfg: ExperimentConfig, s: PaperSettings, teacher: str, out: Path) -> str:
+    import torch
+
+    from dl2ray.learn.sl import SLRun, run_sl
+
+    torch.set_num_threads(1)
+    path = _student_path(out, teacher)
+    run = SLRun(teacher, s.sl_traces, s.sl_val_traces, s.sl_epochs, s.seeds[0], cfg.policy.sl_max_slots,
+                arch="shape")
+    run_sl(cfg, run, path, path.with_suffix(".tb"))
+    return str(path)
+
+
+def train_students(cfg: ExperimentConfig, s: PaperSettings, out: Path) -> dict[str, str]:
+    """One SL student per teacher (an existing ``OUT/sl-TEACHER.pt`` is kept: a resumed run)."""
+    todo = [t for t in s.teachers if not _student_path(out, t).exists()]
+    if s.workers > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(min(s.workers, len(todo)), mp_context=get_context("spawn")) as pool:
+            list(pool.map(_train_student, [cfg] * len(todo), [s] * len(todo), todo, [out] * len(todo)))
+    else:
+        for t in todo:
+            _train_student(cfg, s, t, out)
+    return {t: str(_student_path(out, t)) for t in s.teachers}
+
+
+def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out: Path) -> list[RunPlan]:
+    """Every RL run of the experiment (module docstring, 2.), resumable."""
+    opts, first, s0 = s.options(), s.teachers[0], s.seeds[0]
+    runs = [RunPlan(RL_ONLY, cfg, None, opts, s.updates, s0, out / f"{RL_ONLY}.pt", resume=True)]
+    for t in s.teachers:
+        runs += [RunPlan(f"{t}@{seed}", cfg, Path(students[t]), opts, s.updates, seed, out / f"{t}@{seed}.pt",
+                         resume=True) for seed in s.seeds]
+        runs.append(RunPlan(f"{t}-zero@{s0}", cfg, Path(students[t]), replace(opts, zero_advantage=True),
+                            s.updates, s0, out / f"{t}-zero@{s0}.pt", resume=True))
+    for name in ablations_of(s.algo):
+        if name not in ("full", "zero-advantage"):
+            runs.append(RunPlan(f"{name}@{s0}", cfg, Path(students[first]), replace(opts, **ABLATIONS[name]),
+                                s.updates, s0, out / f"{name}@{s0}.pt", resume=True))
+    return runs
+
+
+def _validation_seconds(tb: Path) -> list[tuple[float, float]]:
+    """``(seconds since the run's first event, validation avg JCT)`` from a run's TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = acc.Tags().get("scalars", [])
+    if "rl/val_avg_jct" not in tags:
+        return []
+    start = min(e.wall_time for tag in tags for e in acc.Scalars(tag))
+    return [(e.wall_time - start, e.value) for e in acc.Scalars("rl/val_avg_jct")]
+
+
+def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None
+              ) -> PaperResult:
+    """Students, runs, flat lines and the test (module docstring); files under ``out``."""
+    from dl2ray.policy.shape_net import load_policy_net
+
+    out.mkdir(parents=True, exist_ok=True)
+    clock, stages = time.perf_counter(), {}
+    students = train_students(cfg, s, out)
+    stages["students"] = time.perf_counter() - clock
+    records = train_all(plans(cfg, s, students, out), s.workers, progress)
+    stages["runs"] = time.perf_counter() - clock - stages["students"]
+    by_name = {r.name: r for r in records}
+    first = s.teachers[0]
+    val_seeds = seedsets.validation(s.val_traces)
+    grid = sorted({v.update for r in records for v in r.validation})
+    flats = {f"sl-{first}": validate(cfg, load_policy_net(Path(students[first]), cfg), val_seeds)}
+    for name in dict.fromkeys([first, "optimus", "planner"]):
+        flats[name] = heuristic_jct(cfg, name, val_seeds)
+    curve = [(u, name, j) for name, j in flats.items() for u in grid]
+    wall: list[tuple[float, str, float]] = []
+    for name in (RL_ONLY, f"{first}@{s.seeds[0]}"):
+        rec = by_name[name]
+        curve += [(v.update, name, v.avg_jct) for v in rec.validation]
+        wall += [(sec, name, j) for sec, j in _validation_seconds(rec.out.with_suffix(".tb"))]
+    test_seeds = seedsets.test(s.test_traces)
+    specs = [*dict.fromkeys([*s.teachers, "optimus", "planner"]),
+             *(f"dl2:{p}" for p in students.values()), *(f"dl2:{r.best}" for r in records)]
+    test = mean_jct(cfg, specs, test_seeds, processes=s.workers)
+    stages["flat lines and test"] = time.perf_counter() - clock - stages["students"] - stages["runs"]
+    return PaperResult(cfg.name, s, students, records, curve, wall, val_seeds, test_seeds, test,
+                       time.perf_counter() - clock, stages)
+
+
+# -- what the report shows --------------------------------------------------------------------------
+
+
+def _spread(values: Sequence[float]) -> dict:
+    arr = np.asarray(values, dtype=np.float64)
+    std = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+    return {"n": len(values), "mean": float(arr.mean()), "std": std, "values": [float(v) for v in arr]}
+
+
+def teachers_table(r: PaperResult) -> list[dict]:
+    """Fig. 16: per teacher, its test JCT, its student's, online RL's over seeds and the control's."""
+    by_name = {rec.name: rec for rec in r.records}
+    rows = []
+    for t in r.settings.teachers:
+        teacher, student = r.jct(t), r.jct(f"dl2:{r.students[t]}")
+        rl = [r.jct(f"dl2:{by_name[f'{t}@{s}'].best}") for s in r.settings.seeds]
+        control = r.jct(f"dl2:{by_name[f'{t}-zero@{r.settings.seeds[0]}'].best}")
+        ratios = [x / teacher for x in rl]
+        rows.append({"teacher": t, "teacher_jct": teacher, "student_jct": student, "rl": _spread(rl),
+                     "rl_vs_teacher": _spread(ratios), "rl_vs_student": _spread([x / student for x in rl]),
+                     "rl_vs_optimus": _spread([x / r.jct("optimus") for x in rl]),
+                     "rl_vs_planner": _spread([x / r.jct("planner") for x in rl]),
+                     "control_jct": control, "beats_control": all(x < control for x in rl)})
+    return rows
+
+
+def ablation_table(r: PaperResult) -> list[dict]:
+    """Table 2: each variant's test JCT and its slowdown (%) against the full run (same seed, init)."""
+    by_name = {rec.name: rec for rec in r.records}
+    s0, first = r.settings.seeds[0], r.settings.teachers[0]
+    full = r.jct(f"dl2:{by_name[f'{first}@{s0}'].best}")
+    rows = [{"variant": "full", "test_jct": full, "slowdown_pct": 0.0, "paper_pct": 0.0}]
+    names = [n for n in ablations_of(r.settings.algo) if n not in ("full", "zero-advantage")]
+    for name in names:
+        j = r.jct(f"dl2:{by_name[f'{name}@{s0}'].best}")
+        rows.append({"variant": name, "test_jct": j, "slowdown_pct": 100.0 * (j / full - 1.0),
+                     "paper_pct": PAPER["table2"].get(name)})
+    control = r.jct(f"dl2:{by_name[f'{first}-zero@{s0}'].best}")
+    rows.append({"variant": "zero-advantage", "test_jct": control,
+                 "slowdown_pct": 100.0 * (control / full - 1.0), "paper_pct": None})
+    for name in PAPER["table2"]:
+        if name not in names:  # the paper has it, this algorithm does not
+            rows.append({"variant": name, "test_jct": math.nan, "slowdown_pct": math.nan,
+                         "paper_pct": PAPER["table2"][name], "note": f"--algo {r.settings.algo} has none"})
+    return rows
+
+
+def curve_summary(r: PaperResult) -> dict[str, dict]:
+    """Fig. 10: per line, its first, best (and update), final validation JCT and when it first went below
+    the teacher."""
+    teacher = r.settings.teachers[0]
+    level = next(j for _, name, j in r.curve if name == teacher)
+    doc = {}
+    for name in dict.fromkeys(name for _, name, _ in r.curve):
+        pts = sorted((u, j) for u, n, j in r.curve if n == name)
+        best = min(pts, key=lambda p: p[1])
+        doc[name] = {"first": pts[0][1], "best": best[1], "best_update": best[0], "final": pts[-1][1],
+                     "below_teacher_at": next((u for u, j in pts if j < level), None)}
+    return doc
+
+
+def document(r: PaperResult) -> dict:
+    """Everything measured, as JSON (``OUT/paper.json``)."""
+    return {"config": r.config, "settings": asdict(r.settings), "wall_s": r.wall_s, "stages_s": r.stages_s,
+            "students": r.students, "val_seeds": r.val_seeds, "test_seeds": r.test_seeds,
+            "fig10": {"summary": curve_summary(r), "rows": r.curve, "wall": r.wall},
+            "fig16": teachers_table(r), "table2": ablation_table(r),
+            "test": {spec: {k: row[k] for k in ("avg_jct", "avg_jct_ci95", "completed", "jobs")}
+                     for spec, row in r.test.items()},
+            "runs": {rec.name: {"best": str(rec.best), "best_update": rec.best_row.update,
+                                "best_val_avg_jct": rec.best_row.avg_jct} for rec in r.records},
+            "paper": PAPER}
