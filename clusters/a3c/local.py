@@ -46,8 +46,8 @@ class LocalSettings:
     file's ``learning``)."""
 
     steps_per_update: int | None = None  # paper: decision steps per gradient; None: policy.minibatch
-    critic: bool = True  # paper: False = REINFORCE over whole episodes
-    exploration: bool = True  # paper: job-aware exploration
+    critic: bool = True  # paper: False = REINFORCE over whole episodes; pg: no value baseline
+    exploration: bool = True  # paper: job-aware exploration; pg: the entropy bonus
     twin: str = "config"  # shape: where the tries are simulated (dl2ray.learn.shape.twin)
     twin_window: int = 8
     observe_every: int = 1
@@ -185,9 +185,11 @@ class OnPolicyStep:
         theta = params_vector(self.policy, None)
         s = self.cfg.policy.shape
         played = self.collector.collect(NumpyShapePolicy(self.policy), s.envs)  # type: ignore[arg-type]
-        row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # type: ignore[arg-type]
-                        played, s.epochs, s.trust, s.entropy_weight,
-                        control=self.rng if self.settings.zero_advantage else None)
+        entropy_weight = s.entropy_weight if self.settings.exploration else 0.0  # Table 2's switches, as
+        row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # in ShapeTrainer
+                        played, s.epochs, s.trust, entropy_weight,  # type: ignore[arg-type]
+                        control=self.rng if self.settings.zero_advantage else None,
+                        critic=self.settings.critic)
         decisions = sum(len(x.actions) for x in played.slots)
         return Push(theta - params_vector(self.policy, None), row, len(played.slots), decisions)
 

@@ -227,6 +227,10 @@ def train_rl(
     cfg = _with_experience(cfg, experience)
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
+    # a switch turned off that the algorithm does not have is refused (A3C's replay is off by default)
+    records.check_switches(records.RLOptions(critic=critic, exploration=exploration,
+                                             replay=True if replay is None else replay,
+                                             algo=algo))  # type: ignore[arg-type]
     multi = _multi_agent_trainer(ctx, agents) if agents > 1 else None
     replay = multi is None if replay is None else replay  # default: on for one learner; A3C has none
     opts = records.RLOptions(critic=critic, exploration=exploration, replay=replay, prioritized=prioritized,

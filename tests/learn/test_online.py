@@ -151,3 +151,25 @@ def test_feedback_is_what_the_cluster_showed() -> None:
     assert total == pytest.approx(sum(truth.end_time[j] - truth.arrival[j] for j in truth.end_time))
     env.observe()
     assert env.stretches == 2 and env.stretch_seed == 6
+
+
+@pytest.mark.parametrize(("critic", "exploration"), [(False, True), (True, False)])
+def test_the_a3c_agents_online_step_honours_table_2s_switches(monkeypatch, critic, exploration) -> None:
+    """``--algo pg --agents N --no-critic`` (or ``--no-exploration``) reaches each agent's update."""
+    import clusters.a3c.local as local
+    from clusters.a3c.weights import params_vector
+
+    seen: dict = {}
+    real = local.pg_update
+
+    def spy(*args, **kw):
+        seen["entropy"], seen["critic"] = args[7], kw["critic"]
+        return real(*args, **kw)
+
+    monkeypatch.setattr(local, "pg_update", spy)
+    settings = local.LocalSettings(algo="pg", critic=critic, exploration=exploration)
+    step = local.local_learner(SHAPE, [11], 0, [0, 0], settings)
+    step.take(params_vector(step.policy, None))
+    step.compute(0)
+    assert seen["critic"] is critic
+    assert seen["entropy"] == (SHAPE.policy.shape.entropy_weight if exploration else 0.0)

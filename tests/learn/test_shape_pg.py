@@ -82,6 +82,8 @@ def test_train_rl_pg_writes_resumes_with_its_baseline(tmp_path) -> None:
     (["--algo", "mix", "--agents", "2"], "--algo mix: single process only"),
     (["--algo", "pg", "--experience", "lab"], "--experience: 'lab'"),
     (["--algo", "pg", "--credit", "team"], "--credit: 'team'"),
+    (["--algo", "pg", "--no-replay"], "replay=false: --algo pg has no such part"),
+    (["--algo", "counterfactual", "--no-critic", "--agents", "2"], "critic=false: --algo counterfactual"),
 ])
 def test_bad_pg_options_exit_2(capsys, tmp_path, argv, message) -> None:
     code, _, err = run_cli(capsys, "train", "rl", *argv, "--out", str(tmp_path / "a.pt"), "--updates", "1")
