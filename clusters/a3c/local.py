@@ -47,7 +47,7 @@ class LocalSettings:
 
     steps_per_update: int | None = None  # paper: decision steps per gradient; None: policy.minibatch
     critic: bool = True  # paper: False = REINFORCE over whole episodes; pg: no value baseline
-    exploration: bool = True  # paper: job-aware exploration; pg: the entropy bonus
+    exploration: bool = True  # paper: job-aware exploration; pg: sampled rows and the entropy bonus
     twin: str = "config"  # shape: where the tries are simulated (dl2ray.learn.shape.twin)
     twin_window: int = 8
     observe_every: int = 1
@@ -174,7 +174,8 @@ class OnPolicyStep:
         self.rng = np.random.default_rng([seed, 1, *streams])
         enc = ShapeEncoding.from_config(cfg)
         self.collector = OnPolicyCollector(environments([learning_environment(cfg, traces)]), enc, self.rng,
-                                           settings.credit)  # type: ignore[arg-type]
+                                           settings.credit,  # type: ignore[arg-type]
+                                           explore=settings.exploration)
         self.baseline = build_job_value(enc, s.head, seed)
         self.baseline_opt = torch.optim.Adam(self.baseline.parameters(), lr=s.lr)
 

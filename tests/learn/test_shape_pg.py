@@ -22,10 +22,10 @@ TINY = tiny_shape_config()
 ENC = ShapeEncoding.from_config(TINY)
 
 
-def _collector(credit: str, seed: int = 0) -> OnPolicyCollector:
+def _collector(credit: str, seed: int = 0, explore: bool = True) -> OnPolicyCollector:
     sims = [build_simulator(TINY, world="operator")]
     envs = [ClusterEnvironment(sim, lambda k: (1_000_000 + k, None)) for sim in sims]
-    return OnPolicyCollector(environments(envs), ENC, np.random.default_rng(seed), credit)
+    return OnPolicyCollector(environments(envs), ENC, np.random.default_rng(seed), credit, explore=explore)
 
 
 def test_credit_by_hand() -> None:
@@ -147,3 +147,15 @@ def test_each_algorithm_ablates_what_it_has() -> None:
     assert ablations_of("pg") == ("full", "no-actor-critic", "no-exploration", "zero-advantage")
     assert ablations_of("counterfactual") == ablations_of("mix") == ablations_of("improve") == (
         "full", "zero-advantage")
+
+
+def test_without_exploration_every_stretch_is_played_greedily() -> None:
+    policy = NumpyShapePolicy(build_shape_policy(ENC, (16,), 8, 0))
+    greedy = [_collector("job", seed, explore=False).collect(policy, 2) for seed in (0, 1)]
+    sampled = [_collector("job", seed).collect(policy, 2) for seed in (0, 1)]
+    actions = [[s.actions.tolist() for s in d.slots] for d in greedy]
+    assert actions[0] == actions[1]  # the generator draws nothing
+    assert [[s.actions.tolist() for s in d.slots] for d in sampled][0] != actions[0]
+    for sample in greedy[0].slots:  # each job's row is its best allowed one
+        logits = np.where(sample.masks, policy.logits(sample.x, sample.g), -np.inf)
+        assert (logits[np.arange(len(sample.actions)), sample.actions] == logits.max(axis=1)).all()

@@ -32,9 +32,10 @@ steps on standardised targets); it is the learner's own, kept between updates an
 never shipped. Advantage ``A = credit − V``, standardised over the update's job decisions.
 
 **Ablations** (Table 2, ``RLOptions``): ``critic`` False drops the value baseline (the update's mean
-credit instead, :class:`SurrogateTarget`); ``exploration`` False drops the entropy bonus (β = 0: the
-sampled policy is this learner's only exploration, and without the bonus nothing keeps it from
-collapsing onto the rows it already prefers). It has no experience replay to turn off.
+credit instead, :class:`SurrogateTarget`); ``exploration`` False plays every stretch greedily (the
+collector's ``explore``: sampling rows from the policy is this learner's exploration) and drops the
+entropy bonus: the update then only reweighs the rows the policy already takes. It has no experience
+replay to turn off.
 
 **Update** (:func:`pg_update`): PPO's clipped surrogate on the sampled rows (ratio clip 0.2) minus
 ``entropy_weight``·H, up to ``epochs`` Adam steps, stopped once the mean ``KL(old ‖ new)`` over the
@@ -103,10 +104,11 @@ class OnPolicyCollector:
     comes from what the environment showed (who was in each slot, when each job finished)."""
 
     def __init__(self, env_of: EnvironmentOf, enc: ShapeEncoding, rng: np.random.Generator,
-                 credit: Credit = "job", start_episode: int = 0) -> None:
+                 credit: Credit = "job", start_episode: int = 0, explore: bool = True) -> None:
         if credit not in ("job", "slot"):
             raise ValueError(f"credit: {credit!r}: known: job, slot")
         self.env_of, self.enc, self.rng, self.credit = env_of, enc, rng, credit
+        self.explore = explore  # False (Table 2's "without exploration"): every row the greedy one
         self.episodes = start_episode
 
     def collect(self, policy: NumpyShapePolicy, episodes: int) -> Played:
@@ -129,7 +131,7 @@ class OnPolicyCollector:
             present.append((view.slot, ids))
             if ids:
                 x, g = job_features(view, self.enc)
-                d = decide_shapes(view, self.enc, policy.logits(x, g), rng=self.rng)
+                d = decide_shapes(view, self.enc, policy.logits(x, g), rng=self.rng if self.explore else None)
                 out.slots.append(SlotSample(x, g, d.masks, d.actions))
                 alloc = d.allocation
             else:
