@@ -186,9 +186,9 @@ class OnPolicyStep:
         theta = params_vector(self.policy, None)
         s = self.cfg.policy.shape
         played = self.collector.collect(NumpyShapePolicy(self.policy), s.envs)  # type: ignore[arg-type]
-        entropy_weight = s.entropy_weight if self.settings.exploration else 0.0  # Table 2's switches, as
-        row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # in ShapeTrainer
-                        played, s.epochs, s.trust, entropy_weight,  # type: ignore[arg-type]
+        entropy_weight = s.entropy_weight if self.settings.exploration else 0.0  # Table 2's switches
+        row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # type: ignore[arg-type]
+                        played, s.epochs, s.trust, entropy_weight,  # (as in ShapeTrainer)
                         control=self.rng if self.settings.zero_advantage else None,
                         critic=self.settings.critic)
         decisions = sum(len(x.actions) for x in played.slots)

@@ -155,7 +155,7 @@ def test_without_exploration_every_stretch_is_played_greedily() -> None:
     sampled = [_collector("job", seed).collect(policy, 2) for seed in (0, 1)]
     actions = [[s.actions.tolist() for s in d.slots] for d in greedy]
     assert actions[0] == actions[1]  # the generator draws nothing
-    assert [[s.actions.tolist() for s in d.slots] for d in sampled][0] != actions[0]
+    assert [s.actions.tolist() for s in sampled[0].slots] != actions[0]
     for sample in greedy[0].slots:  # each job's row is its best allowed one
         logits = np.where(sample.masks, policy.logits(sample.x, sample.g), -np.inf)
         assert (logits[np.arange(len(sample.actions)), sample.actions] == logits.max(axis=1)).all()
