@@ -335,6 +335,7 @@ def ablation(
 
 @app.command("paper")
 def paper(
+    ctx: typer.Context,
     out: OutOpt,
     config: ConfigOpt = None,
     quick: Annotated[bool, typer.Option(
@@ -343,12 +344,15 @@ def paper(
     seeds: Annotated[int | None, typer.Option(help="training seeds 0..N-1 (default 3; quick 1)")] = None,
     test_traces: Annotated[int | None, typer.Option(help="test traces (default 10; quick 1)")] = None,
     workers: WorkersOpt = 2,
+    agents: Annotated[str, typer.Option(
+        help="Fig. 18: A3C agent counts beside the single learner, comma-separated ('' for none)")] = "2",
     json_out: JsonOpt = False,
 ) -> None:
     """The paper's learning experiments, online: Fig. 10 (SL only, RL only, SL+RL), Fig. 16 (DRF, FIFO and
-    SRTF students, then online RL, over seeds) and Table 2 (the learner's parts, beside the
-    zero-advantage control); OUT/paper.md with the paper's numbers beside ours, plots, OUT/paper.json.
-    A run left unfinished continues where it stopped when started again with the same OUT."""
+    SRTF students, then online RL, over seeds), Table 2 (the learner's parts, beside the
+    zero-advantage control) and Fig. 18 (time to quality, 1 learner and A3C agents); OUT/paper.md with
+    the paper's numbers beside ours, plots, OUT/paper.json. A run left unfinished continues where it
+    stopped when started again with the same OUT."""
     import shlex
 
     import torch
@@ -362,13 +366,21 @@ def paper(
     for option, value in (("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces)):
         if value is not None:
             _at_least(option, value)
+    try:
+        counts = tuple(int(a) for a in agents.split(",") if a.strip())
+    except ValueError:
+        raise UserError(f"--agents: {agents!r}: comma-separated agent counts, e.g. 2 or 2,4") from None
+    if any(n < 2 for n in counts):
+        raise UserError(f"--agents: {agents!r}: each count at least 2 (the single learner is always run)")
+    multi = getattr(ctx.obj, "multi_agent_rl", None) if counts else None
     s = dataclasses.replace(s, updates=updates or s.updates, test_traces=test_traces or s.test_traces,
-                            seeds=tuple(range(seeds)) if seeds else s.seeds)
+                            seeds=tuple(range(seeds)) if seeds else s.seeds, agents=counts)
     out = _out_dir(out)
     torch.set_num_threads(1)  # this process forks evaluation workers (see _checkpoint)
     with _Bars(s.updates) as bars:
-        result = study.run_paper(cfg, s, out, bars)
-    given = [("--config", config), ("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces)]
+        result = study.run_paper(cfg, s, out, bars, multi)
+    given = [("--config", config), ("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces),
+             ("--agents", agents if agents != "2" else None)]
     command = shlex.join(["dl2ray", "experiment", "paper", "--out", str(out), *(["--quick"] if quick else []),
                           *(x for opt, v in given if v is not None for x in (opt, str(v))),
                           "--workers", str(workers)])

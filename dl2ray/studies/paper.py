@@ -20,15 +20,22 @@ cluster through act/observe/reward (:mod:`dl2ray.envs.cluster_env`), never in a 
    Optimus and the planner on fresh test traces (:func:`dl2ray.seeds.test`), one
    :func:`dl2ray.evaluation.comparison.compare` (finished jobs' average JCT, slots).
 
-What the command does not yet produce (issue 37): Fig. 15 (job types that arrive later) and Fig. 18
-(time to quality for 1, 2 and 4 A3C agents and a federation); the report says so.
+5. **Fig. 18, time to quality** (when a multi-agent trainer is given: the ``clusters`` plugin's A3C on
+   Ray): for each agent count ``N`` of ``agents`` and each seed, A3C from the first student with ``N``
+   agents for ``N × updates`` global updates (each agent as much experience as the single learner);
+   the single learner is the first teacher's ``T@SEED`` run. Per threshold (0.90× the first student,
+   Optimus's level, 1.10× the planner's, on the validation traces) the wall-clock and the updates per
+   agent (experience per cluster) at the first validation at or below it.
+
+What the command does not yet produce (issue 37): Fig. 15 (job types that arrive later) and Fig. 18's
+federation row; the report says so.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
@@ -38,7 +45,7 @@ import numpy as np
 
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.records import RLOptions
+from dl2ray.learn.records import RLOptions, RLResult
 from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.studies.learning import (
     ABLATIONS,
@@ -60,6 +67,10 @@ PAPER: dict[str, float] = {
 PAPER_TABLE2: dict[str, float] = {"no-actor-critic": 21.1, "no-exploration": 28.8, "no-replay": 39.6}
 RL_ONLY = "rl-only"
 
+MultiAgent = Callable[..., tuple[RLResult, dict]]
+"""``train rl --agents N``'s trainer (:class:`dl2ray.cli.train.MultiAgentRL`: cfg, init, updates, seed,
+out, options, agents, logdir, resume, on_progress), registered by the ``clusters`` plugin."""
+
 
 @dataclass(frozen=True)
 class PaperSettings:
@@ -77,6 +88,7 @@ class PaperSettings:
     sl_val_traces: int = 4
     sl_epochs: int = 40
     workers: int = 2
+    agents: tuple[int, ...] = (2,)  # Fig. 18: A3C agent counts beside the single learner
 
     @classmethod
     def quick(cls, workers: int = 2) -> PaperSettings:
@@ -103,6 +115,8 @@ class PaperResult:
     test: dict[str, dict]  # scheduler spec -> compare's aggregate row
     wall_s: float
     stages_s: dict[str, float] = field(default_factory=dict)
+    # Fig. 18: (agents, seed) -> [(global update, seconds since start, validation avg JCT)]
+    learners: dict[tuple[int, int], list[tuple[int, float, float]]] = field(default_factory=dict)
 
     def jct(self, spec: str) -> float:
         return float(self.test[spec]["avg_jct"])
@@ -153,8 +167,9 @@ def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out
     return runs
 
 
-def _validation_seconds(tb: Path) -> list[tuple[float, float]]:
-    """``(seconds since the run's first event, validation avg JCT)`` from a run's TensorBoard events."""
+def _validation_seconds(tb: Path) -> list[tuple[int, float, float]]:
+    """``(update, seconds since the run's first event, validation avg JCT)`` from a run's TensorBoard
+    events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
@@ -163,12 +178,27 @@ def _validation_seconds(tb: Path) -> list[tuple[float, float]]:
     if "rl/val_avg_jct" not in tags:
         return []
     start = min(e.wall_time for tag in tags for e in acc.Scalars(tag))
-    return [(e.wall_time - start, e.value) for e in acc.Scalars("rl/val_avg_jct")]
+    return [(e.step, e.wall_time - start, e.value) for e in acc.Scalars("rl/val_avg_jct")]
 
 
-def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None
-              ) -> PaperResult:
-    """Students, runs, flat lines and the test (module docstring); files under ``out``."""
+def a3c_runs(cfg: ExperimentConfig, s: PaperSettings, init: Path, out: Path, multi: MultiAgent
+             ) -> dict[tuple[int, int], Path]:
+    """Fig. 18's A3C runs (module docstring, 5.): ``(agents, seed) -> OUT/a3cN@SEED.pt``, resumable."""
+    opts = replace(s.options(), replay=False)  # A3C learns on each agent's fresh experience
+    done = {}
+    for seed in s.seeds:
+        for n in s.agents:
+            path = out / f"a3c{n}@{seed}.pt"
+            multi(cfg, init, s.updates * n, seed, path, opts, n, path.with_suffix(".tb"), True,
+                  lambda updates, val: None)
+            done[(n, seed)] = path
+    return done
+
+
+def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None,
+              multi: MultiAgent | None = None) -> PaperResult:
+    """Students, runs, flat lines and the test (module docstring); files under ``out``. ``multi``: the
+    multi-agent trainer for Fig. 18 (None: no Fig. 18)."""
     from dl2ray.policy.shape_net import load_policy_net
 
     out.mkdir(parents=True, exist_ok=True)
@@ -189,14 +219,21 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
     for name in (RL_ONLY, f"{first}@{s.seeds[0]}"):
         rec = by_name[name]
         curve += [(v.update, name, v.avg_jct) for v in rec.validation]
-        wall += [(sec, name, j) for sec, j in _validation_seconds(rec.out.with_suffix(".tb"))]
+        wall += [(sec, name, j) for _, sec, j in _validation_seconds(rec.out.with_suffix(".tb"))]
+    learners = {(1, seed): _validation_seconds(by_name[f"{first}@{seed}"].out.with_suffix(".tb"))
+                for seed in s.seeds}
+    if multi is not None and s.agents:
+        clock_a3c = time.perf_counter()
+        for key, path in a3c_runs(cfg, s, Path(students[first]), out, multi).items():
+            learners[key] = _validation_seconds(path.with_suffix(".tb"))
+        stages["A3C"] = time.perf_counter() - clock_a3c
     test_seeds = seedsets.test(s.test_traces)
     specs = [*dict.fromkeys([*s.teachers, "optimus", "planner"]),
              *(f"dl2:{p}" for p in students.values()), *(f"dl2:{r.best}" for r in records)]
     test = mean_jct(cfg, specs, test_seeds, processes=s.workers)
-    stages["flat lines and test"] = time.perf_counter() - clock - stages["students"] - stages["runs"]
+    stages["flat lines and test"] = time.perf_counter() - clock - sum(stages.values())
     return PaperResult(cfg.name, s, students, records, curve, wall, val_seeds, test_seeds, test,
-                       time.perf_counter() - clock, stages)
+                       time.perf_counter() - clock, stages, learners)
 
 
 # -- what the report shows --------------------------------------------------------------------------
@@ -246,6 +283,36 @@ def ablation_table(r: PaperResult) -> list[dict]:
     return rows
 
 
+def thresholds(r: PaperResult) -> dict[str, float]:
+    """Fig. 18's validation JCT levels: 0.90× the first student, Optimus's, 1.10× the planner's."""
+    level = {name: j for _, name, j in r.curve}
+    return {"0.90× student": 0.9 * level[f"sl-{r.settings.teachers[0]}"], "Optimus": level["optimus"],
+            "1.10× planner": 1.1 * level["planner"]}
+
+
+def time_to_quality(r: PaperResult) -> list[dict]:
+    """Fig. 18: per agent count and threshold, over seeds, the minutes and the updates per agent at the
+    first validation at or below the threshold (a seed that never got there counts as missing), and the
+    minutes' ratio to the single learner's on the same seed."""
+    rows = []
+    counts = sorted({n for n, _ in r.learners})
+    for name, level in thresholds(r).items():
+        first_at: dict[tuple[int, int], tuple[float, float] | None] = {}
+        for (n, seed), pts in r.learners.items():
+            hit = next(((u, sec) for u, sec, j in sorted(pts) if j <= level), None)
+            first_at[(n, seed)] = None if hit is None else (hit[1] / 60, hit[0] / n)
+        for n in counts:
+            got = {seed: v for (m, seed), v in first_at.items() if m == n and v is not None}
+            ratios = [got[seed][0] / one[0] for seed in got
+                      if (one := first_at.get((1, seed))) is not None and one[0] > 0]
+            rows.append({"threshold": name, "level": level, "agents": n, "seeds": len(r.settings.seeds),
+                         "reached": len(got),
+                         "minutes": _spread([v[0] for v in got.values()]) if got else None,
+                         "updates_per_agent": _spread([v[1] for v in got.values()]) if got else None,
+                         "vs_one": _spread(ratios) if ratios else None})
+    return rows
+
+
 def curve_summary(r: PaperResult) -> dict[str, dict]:
     """Fig. 10: per line, its first, best (and update), final validation JCT and when it first went below
     the teacher."""
@@ -266,6 +333,8 @@ def document(r: PaperResult) -> dict:
             "students": r.students, "val_seeds": r.val_seeds, "test_seeds": r.test_seeds,
             "fig10": {"summary": curve_summary(r), "rows": r.curve, "wall": r.wall},
             "fig16": teachers_table(r), "table2": ablation_table(r),
+            "fig18": {"thresholds": thresholds(r) if r.learners else {}, "rows": time_to_quality(r),
+                      "validations": {f"{n}@{seed}": pts for (n, seed), pts in r.learners.items()}},
             "test": {spec: {k: row[k] for k in ("avg_jct", "avg_jct_ci95", "completed", "jobs")}
                      for spec, row in r.test.items()},
             "runs": {rec.name: {"best": str(rec.best), "best_update": rec.best_row.update,

@@ -6,7 +6,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dl2ray.studies.paper import PAPER, RL_ONLY, PaperResult, ablation_table, curve_summary, teachers_table
+from dl2ray.studies.paper import (
+    PAPER,
+    RL_ONLY,
+    PaperResult,
+    ablation_table,
+    curve_summary,
+    teachers_table,
+    time_to_quality,
+)
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -127,10 +135,33 @@ def markdown(r: PaperResult, command: str) -> str:
         lines.append(f"| {row['variant']}{note} | {_f(row['test_jct'])} | {_f(row['slowdown_pct'], 1)} | "
                      f"{_f(row['paper_pct'], 1)} |")
     lines += ["", "`zero-advantage` is the control: the same run with the policy-gradient signal "
-              "shuffled away.", "", "## Not produced by this command yet", "",
-              "Fig. 15 (job types that start arriving mid-run) and Fig. 18 (time to quality for 1, 2 "
-              "and 4 A3C agents and a federation): issue 37.", ""]
+              "shuffled away.", ""]
+    lines += fig18(r)
+    lines += ["## Not produced by this command yet", "",
+              "Fig. 15 (job types that start arriving mid-run) and Fig. 18's two-member federation: "
+              "issue 37.", ""]
     return "\n".join(lines)
+
+
+def fig18(r: PaperResult) -> list[str]:
+    """Fig. 18's section: time to each validation threshold for 1 learner and N A3C agents."""
+    rows = time_to_quality(r)
+    lines = ["## Fig. 18: time to quality, 1 learner and A3C agents", ""]
+    if not any(row["agents"] > 1 for row in rows):
+        return [*lines, "Not run: no multi-agent trainer (the `clusters` plugin's A3C on Ray) was "
+                "available, or `--agents` named none.", ""]
+    lines += ["Wall-clock on this machine (the single learner shared the cores with another run; A3C "
+              "agents had the machine), and updates per agent (experience per cluster) at the first "
+              "validation at or below each level; `/ 1 learner` is per seed. The paper: with N clusters "
+              "the policy converges almost N times faster.", "",
+              "| level (validation JCT) | agents | seeds there | minutes | updates per agent | / 1 learner |",
+              "|---|---|---|---|---|---|"]
+    for row in rows:
+        minutes, per_agent, ratio = (_pm(row[k], d) if row[k] is not None else "–"
+                                     for k, d in (("minutes", 1), ("updates_per_agent", 1), ("vs_one", 3)))
+        lines.append(f"| {row['threshold']} ({_f(row['level'])}) | {row['agents']} | "
+                     f"{row['reached']}/{row['seeds']} | {minutes} | {per_agent} | {ratio} |")
+    return [*lines, ""]
 
 
 def write_report(r: PaperResult, out: Path, command: str) -> Path:
