@@ -40,7 +40,8 @@ def emit(doc: dict, json_out: bool) -> None:
 
 REFERENCE_MARK = " †"
 REFERENCE_NOTE = ("† reference, not deployable: reads the simulator's true speeds (optimus-truth, "
-                  "planner-truth) or true lengths and each job's true factors (lower-bound)")
+                  "planner-truth), each job's true factors (planner-job-truth), or true lengths and factors "
+                  "(lower-bound)")
 
 
 def _num(value, fmt: str) -> str:

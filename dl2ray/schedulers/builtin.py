@@ -44,6 +44,7 @@ def register_builtin(register: Callable[..., None]) -> None:
 
     register("planner", _planner)
     register("planner-truth", _planner_truth, reference=True)
+    register("planner-job-truth", _planner_job_truth, reference=True)
 
     def dl2():
         from dl2ray.schedulers.dl2 import DL2Scheduler
@@ -78,6 +79,16 @@ def _planner_truth():
         planner = Planner(profiled_cost(cfg, arg or "surfaces"))
         planner.name, planner.reference = "planner-truth", True
         return planner
+    return build
+
+
+def _planner_job_truth():
+    from dl2ray.schedulers.planner import JobTruthPlanner
+
+    def build(arg, cfg):
+        if arg is not None:
+            raise UserError(f"planner-job-truth:{arg}: takes no argument")
+        return JobTruthPlanner(cfg)
     return build
 
 

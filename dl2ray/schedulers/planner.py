@@ -111,16 +111,57 @@ class Planner:
     def __init__(self, cost: Cost) -> None:
         self.cost = cost
 
+    def job_cost(self, view: ClusterView) -> Cost:
+        """``(i, ps, workers) -> seconds per epoch`` of the ``i``-th job of ``view``: its type's cost."""
+        jobs = view.jobs
+        return lambda i, p, w: self.cost(jobs[i].type_index, p, w)
+
     def decide(self, view: ClusterView) -> Allocation:
         placer = view.placer()
         jobs = view.jobs
+        cost = self.job_cost(view)
         order = sorted(range(len(jobs)), key=lambda i: (
-            jobs[i].remaining_epochs * self.cost(jobs[i].type_index, 1, 1), jobs[i].arrival_slot,
-            jobs[i].job_id))
-        greedy = Greedy(view, self.cost, relative=True)
+            jobs[i].remaining_epochs * cost(i, 1, 1), jobs[i].arrival_slot, jobs[i].job_id))
+        greedy = Greedy(view, cost, relative=True, per_job=True)
         for i in order:
             job = jobs[i]
             if placer.place_bundle(job.job_id, job.worker_demand, job.ps_demand):
                 greedy.add_job(i, job.remaining_epochs)
         greedy.run(placer)
         return placer.allocation()
+
+
+class JobTruthPlanner(Planner):
+    """``planner-job-truth`` (†): the planner given each job's *true* speed — its type's true surface and
+    its own compute/communication factors (:func:`dl2ray.speed.job_factors`, drawn from the run's seed as
+    the simulator draws them), at the spread layout the surfaces were measured on:
+    ``c_j(p, w) = c_t(p, w) · (φ_t(p, w)·a_j + (1 − φ_t(p, w))·b_j)``. Declared epochs, placement and
+    interference stay as the planner sees them: the headroom of knowing every job's speed exactly."""
+
+    name = "planner-job-truth"
+    reference = True
+
+    def __init__(self, cfg) -> None:
+        from dl2ray.world import speed_model
+
+        super().__init__(profiled_cost(cfg, "surfaces"))
+        self.speed = speed_model(cfg)
+        self.deviation = float(cfg.speed.job_deviation)
+        self.seed = 0
+
+    def reset(self, seed: int) -> None:
+        self.seed = seed
+
+    def job_cost(self, view: ClusterView) -> Cost:
+        from dl2ray.speed import deviation_divisor, job_factors, spread_layout
+
+        jobs, speed = view.jobs, self.speed
+        factors = [job_factors(self.seed, j.job_id, self.deviation) for j in jobs]
+
+        def cost(i: int, p: int, w: int) -> float:
+            t = jobs[i].type_index
+            base = self.cost(t, p, w)
+            if not np.isfinite(base):
+                return base
+            return base * deviation_divisor(speed.compute_fraction(t, spread_layout(w, p)), factors[i])
+        return cost

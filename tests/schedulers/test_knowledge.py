@@ -100,7 +100,8 @@ def test_the_operator_config_hides_every_truth_field(realistic):
 
 
 def test_references_are_registered_as_such():
-    references = ("optimus-truth", "oracle", "planner-truth", "planner-truth:optimus-fit", "lif-linear")
+    references = ("optimus-truth", "oracle", "planner-truth", "planner-truth:optimus-fit",
+                  "planner-job-truth", "lif-linear")
     assert all(is_reference(n) for n in references)
     deployable = ("planner", "optimus", "drf", "dl2:x.pt", "lb-place", "pack-place")
     assert not any(is_reference(n) for n in deployable)
