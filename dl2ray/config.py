@@ -164,6 +164,17 @@ class SpeedConfig(_Frozen):
     interference: float = Field(
         default=0.0, ge=0, lt=1, description="co-location slowdown: a job runs at 1 - s·o, o the largest "
         "share of any of its nodes held by other jobs' tasks")
+    bandwidth_scale: float = Field(
+        default=1.0, gt=0, description="the cluster's cross-node bandwidth now over when the speeds were "
+        "measured (0.5: the network halved after the profile was taken); enters through the placement "
+        "factor, so communication-heavy types and layouts slow most and the best PS:worker ratio moves")
+
+    @model_validator(mode="after")
+    def _bandwidth_needs_placement(self) -> SpeedConfig:
+        if self.bandwidth_scale != 1.0 and self.model == "measured" and not self.placement_aware:
+            raise ValueError("bandwidth_scale: a changed network needs placement_aware: true "
+                             "(it enters through the placement factor)")
+        return self
 
 
 class SimConfig(_Frozen):

@@ -293,6 +293,7 @@ class SpeedModel:
         model: str = "measured",
         placement_aware: bool = True,
         placement: PlacementModel | None = None,
+        bandwidth_scale: float = 1.0,
     ) -> None:
         if model == "measured":
             missing = [t for t in catalogue.names if surfaces is None or t not in surfaces]
@@ -305,6 +306,14 @@ class SpeedModel:
         self.model = model
         self.placement_aware = placement_aware
         self.placement = placement if placement is not None else placement_model("calibrated")
+        changed = bandwidth_scale != 1.0
+        if not bandwidth_scale > 0 or (changed and model == "measured" and not placement_aware):
+            raise ValueError(f"bandwidth_scale {bandwidth_scale}: must be > 0, and 1 when the measured model "
+                             "ignores placement (the network enters through the placement factor)")
+        self.bandwidth_scale = bandwidth_scale
+        # the types as the cluster's network runs them now (cross-node links × bandwidth_scale)
+        self._net_types = tuple(t.model_copy(update={"bw_inter_mbps": t.bw_inter_mbps * bandwidth_scale})
+                                for t in catalogue.types) if changed else catalogue.types
         self._speed = lru_cache(maxsize=200_000)(self._speed_uncached)
         self._phi = lru_cache(maxsize=200_000)(self._phi_uncached)
 
@@ -322,15 +331,22 @@ class SpeedModel:
             return 0.0
         jt = self.catalogue.types[type_index]
         if self.model == "analytic":
-            return workers / self.placement.iteration_time(jt, spread_layout(workers, ps))
+            net = self._net_types[type_index]
+            return workers / self.placement.iteration_time(net, spread_layout(workers, ps))
         return self.surfaces[jt.name](ps, workers)
 
     def compute_fraction(self, type_index: int, layout: Layout) -> float:
         """``φ``: compute time over the placement model's iteration time for this layout, in (0, 1]."""
         return self._phi(type_index, layout)
 
+    @property
+    def network_types(self) -> tuple[JobType, ...]:
+        """The catalogue's types with the cross-node bandwidth the cluster has now
+        (``bw_inter × bandwidth_scale``): what the communication time of a layout is computed with."""
+        return self._net_types
+
     def _phi_uncached(self, type_index: int, layout: Layout) -> float:
-        jt = self.catalogue.types[type_index]
+        jt = self._net_types[type_index]
         t = self.placement.iteration_time(jt, layout)
         return 1.0 if not np.isfinite(t) else jt.compute_s / t
 
@@ -339,15 +355,17 @@ class SpeedModel:
         p = sum(n[1] for n in layout)
         if w == 0 or p == 0:
             return 0.0
-        jt = self.catalogue.types[type_index]
+        jt, net = self.catalogue.types[type_index], self._net_types[type_index]
         if self.model == "analytic":
-            return w / self.placement.iteration_time(jt, layout)
+            return w / self.placement.iteration_time(net, layout)
         base = self.surfaces[jt.name](p, w)
         if not self.placement_aware:
             return base
-        # as base · t_ref / t_layout, in this order: the analytic placement's speeds stay bit-identical
+        # as base · t_ref / t_layout, in this order: the analytic placement's speeds stay bit-identical.
+        # t_ref is the measurement setting (every task on its own node, the network as measured), t_layout
+        # the job's layout on the network as it is now (bandwidth_scale)
         ref = self.placement.iteration_time(jt, spread_layout(w, p))
-        return base * ref / self.placement.iteration_time(jt, layout)
+        return base * ref / self.placement.iteration_time(net, layout)
 
 
 def stream_variation(rng: np.random.Generator, v: float, n: int) -> np.ndarray:

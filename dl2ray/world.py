@@ -34,8 +34,8 @@ def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
     place_key = (cfg.speed.placement_model, str(calibration.resolve()) if calibration else "shipped")
     if world == "operator":
         path = cfg.profile_path
-        key = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
-               cfg.speed.placement_aware, *place_key)
+        key: tuple = (str(cfg.resolve(cfg.jobtypes).resolve()), f"profile:{path}", "measured",
+                      cfg.speed.placement_aware, *place_key)  # the operator's twin: the network it measured
         if key not in _SPEED_MODELS:
             from dl2ray.knowledge.profile import config_profile
 
@@ -43,11 +43,11 @@ def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
                                             cfg.speed.placement_aware, placement)
         return _SPEED_MODELS[key]
     key = (str(cfg.resolve(cfg.jobtypes).resolve()), str(cfg.surfaces_dir.resolve()),
-           cfg.speed.model, cfg.speed.placement_aware, *place_key)
+           cfg.speed.model, cfg.speed.placement_aware, *place_key, cfg.speed.bandwidth_scale)
     if key not in _SPEED_MODELS:
         surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
         _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, surfaces, cfg.speed.model,
-                                        cfg.speed.placement_aware, placement)
+                                        cfg.speed.placement_aware, placement, cfg.speed.bandwidth_scale)
     return _SPEED_MODELS[key]
 
 

@@ -93,3 +93,37 @@ def test_surfaces_file_schema_version_is_checked(tmp_path):
     (tmp_path / "surfaces.json").write_text(json.dumps({"schema_version": 99, "models": {}}))
     with pytest.raises(ValueError, match="schema_version"):
         measurements.load_surfaces(tmp_path)
+
+
+def test_a_slower_network_slows_communication_heavy_layouts_most_and_leaves_compute_alone(testbed):
+    """``speed.bandwidth_scale`` (issue 37's shift): 1 changes nothing; 0.5 slows a job by its
+    communication share, so the spread layout (all traffic cross-node) loses more than a co-located one and
+    a communication-heavy type more than a compute-heavy one; the compute fraction φ falls."""
+    from dl2ray.world import load_surfaces
+
+    surfaces = load_surfaces(testbed.surfaces_dir)
+    same = SpeedModel(testbed.catalogue, surfaces)
+    assert SpeedModel(testbed.catalogue, surfaces, bandwidth_scale=1.0).network_types == same.network_types
+    slow = SpeedModel(testbed.catalogue, surfaces, bandwidth_scale=0.5)
+    spread, packed = spread_layout(2, 2), ((2, 2),)
+    losses = []
+    for t in range(len(testbed.catalogue)):
+        loss_spread = slow.batches_per_second(t, spread) / same.batches_per_second(t, spread)
+        loss_packed = slow.batches_per_second(t, packed) / same.batches_per_second(t, packed)
+        assert 0 < loss_spread < 1 and loss_spread <= loss_packed + 1e-12 and loss_packed <= 1 + 1e-12
+        assert slow.compute_fraction(t, spread) < same.compute_fraction(t, spread)
+        losses.append((1 - same.compute_fraction(t, spread), loss_spread))
+    losses.sort()
+    assert losses[-1][1] < losses[0][1]  # the most communication-bound type loses the most
+
+
+def test_bandwidth_scale_is_checked_where_it_is_given():
+    from pydantic import ValidationError
+
+    from dl2ray.config import SpeedConfig
+
+    with pytest.raises(ValidationError, match="bandwidth_scale"):
+        SpeedConfig(bandwidth_scale=0)
+    with pytest.raises(ValidationError, match="bandwidth_scale"):
+        SpeedConfig(bandwidth_scale=0.5, placement_aware=False)
+    assert SpeedConfig(bandwidth_scale=0.5).bandwidth_scale == 0.5

@@ -102,7 +102,7 @@ def best_configs(speed: SpeedModel, capacity: np.ndarray) -> list[BestConfig]:
         for p in range(1, jt.max_ps + 1):
             for w in range(1, jt.max_workers + 1):
                 base = speed.nominal_batches_per_second(t, p, w)
-                ref = speed.placement.iteration_time(jt, spread_layout(w, p))
+                ref = speed.placement.iteration_time(_ref_type(speed, t), spread_layout(w, p))
                 bound = _speed_at(speed, jt, base, ref, jt.compute_s)
                 cands.append((bound, base, ref, p, w))
         cands.sort(reverse=True)
@@ -110,11 +110,18 @@ def best_configs(speed: SpeedModel, capacity: np.ndarray) -> list[BestConfig]:
         for bound, base, ref, p, w in cands:
             if bound <= best.epochs_per_second:
                 break
-            v = _speed_at(speed, jt, base, ref, best_layout_time(jt, p, w, groups, speed.placement))
+            v = _speed_at(speed, jt, base, ref,
+                          best_layout_time(speed.network_types[t], p, w, groups, speed.placement))
             if v > best.epochs_per_second:
                 best = BestConfig(p, w, v)
         out.append(best)
     return out
+
+
+def _ref_type(speed: SpeedModel, t: int) -> JobType:
+    """The type ``t_ref`` is computed with: as measured (the measured model's surfaces were taken on that
+    network), or as the network is now (the analytic model, whose ``base`` is ``w / t_ref`` on it)."""
+    return speed.catalogue.types[t] if speed.model == "measured" else speed.network_types[t]
 
 
 def _speed_at(speed: SpeedModel, jt: JobType, base: float, ref: float, layout_time: float) -> float:
@@ -170,7 +177,8 @@ class JobBounds:
             for p in range(1, jt.max_ps + 1):
                 for w in range(1, jt.max_workers + 1):
                     base = self.speed.nominal_batches_per_second(t, p, w)
-                    ref = self.speed.placement.iteration_time(jt, spread_layout(w, p)) if aware else 1.0
+                    ref = (self.speed.placement.iteration_time(_ref_type(self.speed, t), spread_layout(w, p))
+                           if aware else 1.0)
                     rows.append((base * ref, p, w))
             self._cands[t] = sorted(rows, reverse=True)
         return self._cands[t]
@@ -178,7 +186,7 @@ class JobBounds:
     def _best_comm(self, t: int, p: int, w: int) -> float:
         key = (t, p, w)
         if key not in self._comm:
-            self._comm[key] = best_comm_time(self.speed.catalogue.types[t], p, w, self.groups,
+            self._comm[key] = best_comm_time(self.speed.network_types[t], p, w, self.groups,
                                              self.speed.placement)
         return self._comm[key]
 
