@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dl2ray.errors import UserError
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.workload import JobCatalogue, load_catalogue
 
 
@@ -433,10 +434,22 @@ class ExperimentConfig(_Frozen):
     sim: SimConfig = SimConfig()
     policy: PolicyConfig = PolicyConfig()
     gang: GangConfig | None = Field(default=None, description="opt-in gang mode (dl2ray.gang); None: DL2")
+    tenancy: TenancyConfig | None = Field(
+        default=None, description="queues with quotas, borrowing and priorities (dl2ray.tenancy); None: one "
+        "pool")
     profile: str | None = Field(
         default=None, description="the operator's speed profile (`dl2ray profile`), relative to the config: "
         "what deployable schedulers (the planner, the DL2 policy's training world) know of job speeds")
     base_dir: str = Field(default=".", description="set by the loader: the config's folder")
+
+    @model_validator(mode="after")
+    def _quotas_fit_the_cluster(self) -> ExperimentConfig:
+        if self.tenancy is not None:
+            try:
+                self.tenancy.check_capacity(self.cluster.capacity)
+            except ValueError as exc:
+                raise ValueError(f"tenancy.{exc}") from None
+        return self
 
     def resolve(self, relative: str) -> Path:
         """A path from this config, made absolute against its folder."""

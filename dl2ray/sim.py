@@ -268,6 +268,8 @@ class Simulator:
             history=j.history,
             requested_bundles=(j.spec.requested_bundles
                                or self.cfg.workload.requested_bundles),
+            queue=j.spec.queue,
+            priority=j.spec.priority,
         )
 
     def _check_job(self, job_id: int, t: Tasks) -> _Job:

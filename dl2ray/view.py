@@ -51,7 +51,8 @@ class JobView:
     (:attr:`requested_limit` then falls back to the caps). ``fixed_tasks``: in
     gang mode (:mod:`dl2ray.gang`) the job's one size — it runs with exactly
     these workers and PS or not at all, and keeps them until it completes;
-    None in the DL2 simulator.
+    None in the DL2 simulator. ``queue``/``priority``: the job's queue and priority class on a shared
+    cluster (:mod:`dl2ray.tenancy`), None on one pool.
     """
 
     job_id: int
@@ -72,6 +73,8 @@ class JobView:
     history: tuple[Observation, ...] = ()
     requested_bundles: int | None = None
     fixed_tasks: Tasks | None = None
+    queue: str | None = None
+    priority: str | None = None
 
     @property
     def bundle_cap(self) -> int:

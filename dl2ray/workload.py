@@ -130,7 +130,8 @@ class JobSpec:
     job's GPU count), or None when the trace names none — then the config's
     ``workload.requested_bundles`` applies. ``workers``/``ps``: the fixed size of a
     job in gang mode (:mod:`dl2ray.gang`; an all-reduce job has ``ps = 0``), None
-    in the DL2 simulator.
+    in the DL2 simulator. ``queue``/``priority``: its tenant's queue and its priority
+    class on a shared cluster (:mod:`dl2ray.tenancy`), None on one pool.
     """
 
     job_id: int
@@ -141,6 +142,8 @@ class JobSpec:
     requested_bundles: int | None = None
     workers: int | None = None
     ps: int | None = None
+    queue: str | None = None
+    priority: str | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_slot < 0:

@@ -16,7 +16,7 @@ def small_config(**groups) -> ExperimentConfig:
     raw = load_config(CONFIGS / "testbed-clairvoyant.yaml").model_dump()
     raw["profile"] = "profiles/testbed.json"  # the operator's profile, so the planner can run
     for key, value in groups.items():
-        raw[key] = value if not isinstance(value, dict) else {**raw.get(key, {}), **value}
+        raw[key] = value if not isinstance(value, dict) else {**(raw.get(key) or {}), **value}
     raw["base_dir"] = str(CONFIGS)
     return ExperimentConfig.model_validate(raw)
 

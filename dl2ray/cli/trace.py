@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
 from dl2ray.config import ConfigError, ExperimentConfig, load_config
+from dl2ray.errors import UserError
 from dl2ray.measurements import load_surfaces
 from dl2ray.speed import SpeedModel, config_placement
 
@@ -74,10 +76,15 @@ def import_cmd(
         typer.Option(help="compress (or stretch) arrivals so the offered load on the config's "
                      "cluster is this (durations untouched; docs/traces.md)"),
     ] = None,
+    queues: Annotated[bool, typer.Option(
+        "--queues", help="each job in the queue of its virtual cluster (Philly cluster, Helios vc)")] = False,
+    tenancy_out: Annotated[Path | None, typer.Option(
+        help="with --queues: write a `tenancy:` block (YAML) with a queue per virtual cluster, its quota "
+             "the config's cluster × its share of the GPU time (docs/tenancy.md)")] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Map a real cluster trace to DL jobs (rule: docs/traces.md) and write it as Parquet."""
-    from dl2ray.traces.importers import ImportOptions, import_trace
+    from dl2ray.traces.importers import FORMATS, ImportOptions, import_trace, vc_tenancy
     from dl2ray.traces.parquet import write_trace
 
     cfg = load_config(config)
@@ -93,12 +100,21 @@ def import_cmd(
         types=cfg.workload.types,
         target_load=target_load,
         cluster_total=_total(cfg),
+        queues=queues,
     )
+    if tenancy_out is not None and not queues:
+        raise UserError("--tenancy-out: needs --queues")
     trace = import_trace(fmt, file, measured_speed(cfg), options)
+    if tenancy_out is not None:
+        kept = {j.queue for j in trace}
+        records = [r for r in FORMATS[fmt](file, cluster) if r.group in kept]
+        block = vc_tenancy(records, cfg.cluster.capacity.sum(axis=0)).model_dump(exclude_defaults=True)
+        tenancy_out.write_text(yaml.safe_dump({"tenancy": block}, sort_keys=False), encoding="utf-8")
+        typer.echo(f"wrote {len(block['queues'])} queues to {tenancy_out}")
     given = {
         "cluster": cluster, "skip": skip or None, "max_jobs": max_jobs, "time_scale": time_scale,
         "seed": seed, "epoch_error": options.epoch_error, "target_load": target_load,
-        "load_cluster": cfg.name if target_load is not None else None,
+        "load_cluster": cfg.name if target_load is not None else None, "queues": queues or None,
     }  # fmt: skip
     write_trace(out, trace, source=_source(fmt, file, given), slot_seconds=slot)
     typer.echo(f"wrote {len(trace)} jobs to {out}")

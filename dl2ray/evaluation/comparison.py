@@ -58,8 +58,15 @@ def run_one(
     sim = build_simulator(cfg, trace, record_events=keep_result)
     scheduler = make_scheduler(spec.scheduler, cfg)
     result = run_episode(sim, scheduler, spec.seed)
+    metrics = summarize_run(result)
+    log = getattr(scheduler, "log", None)
+    if cfg.tenancy is not None and log is not None:  # a shared cluster: per-queue metrics too
+        from dl2ray.evaluation.tenancy import flat, queue_metrics
+
+        queues = {j.job_id: j.queue or cfg.tenancy.queues[0].name for j in sim.trace}
+        metrics.update(flat(queue_metrics(result, queues, log, cfg.tenancy, cfg.cluster.capacity)))
     return RunOutcome(
-        spec.scheduler, spec.seed, summarize_run(result), result.jct,
+        spec.scheduler, spec.seed, metrics, result.jct,
         result if keep_result else None,
         str(getattr(scheduler, "placement_label", None) or getattr(scheduler, "placement", "")),
     )

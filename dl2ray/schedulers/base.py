@@ -71,7 +71,8 @@ def scheduler_names() -> list[str]:
 def make_scheduler(spec: str, cfg: object, placement: str | None = None) -> Scheduler:
     """Build a scheduler from ``name`` or ``name:argument`` (e.g. ``dl2:models/x.pt``), deciding under
     ``placement`` (``own``: the policy its paper defines; a policy name: that placer; None: the config's
-    ``cluster.placement``, ``own`` without a config) — :mod:`dl2ray.schedulers.placed`."""
+    ``cluster.placement``, ``own`` without a config) — :mod:`dl2ray.schedulers.placed`; on a config with
+    ``tenancy:``, inside the queue layer (:class:`dl2ray.schedulers.queued.Queued`)."""
     from dl2ray.schedulers.placed import OWN, with_placement
 
     _load_builtin()
@@ -88,7 +89,13 @@ def make_scheduler(spec: str, cfg: object, placement: str | None = None) -> Sche
 
         if isinstance(cfg, ExperimentConfig):
             cfg = operator_config(cfg)
-    return with_placement(loader()(arg or None, cfg), choice)
+    placed = with_placement(loader()(arg or None, cfg), choice)
+    tenancy = getattr(cfg, "tenancy", None)
+    if tenancy is None:
+        return placed
+    from dl2ray.schedulers.queued import Queued
+
+    return Queued(placed, tenancy)  # a shared cluster: quotas, borrowing, reclaim (docs/tenancy.md)
 
 
 PLUGIN_GROUP = "dl2ray.schedulers"

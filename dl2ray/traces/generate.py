@@ -13,9 +13,12 @@ for the ``diurnal`` pattern).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from dl2ray.config import ArrivalConfig, ConfigError, ExperimentConfig, LengthConfig
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.workload import JobSpec, Trace, sort_trace
 
 HOURS_PER_WEEK = 168
@@ -201,4 +204,19 @@ def generate_trace(cfg: ExperimentConfig, seed: int) -> Trace:
     base = np.array([catalogue.get(n).base_epochs for n in names])[type_idx]
     true_epochs = base * length_factors(w.lengths, w.num_jobs, rng_length)
     est_epochs = estimate_epochs(true_epochs, w.epoch_error, rng_error)
-    return build_jobs(names, slots, type_idx, true_epochs, est_epochs)
+    trace = build_jobs(names, slots, type_idx, true_epochs, est_epochs)
+    return trace if cfg.tenancy is None else assign_queues(trace, cfg.tenancy, seed)
+
+
+QUEUE_STREAM = 0x7E4A
+"""Entropy word of the queue draw: its own generator, so a config's traces keep every other draw."""
+
+
+def assign_queues(trace: Trace, tenancy: TenancyConfig, seed: int) -> Trace:
+    """Each job of ``trace`` in a queue drawn by the queues' ``share`` (generator ``[seed, QUEUE_STREAM]``),
+    with its queue's priority class (None: the default class)."""
+    shares = np.array([q.share for q in tenancy.queues], dtype=np.float64)
+    rng = np.random.default_rng([seed, QUEUE_STREAM])
+    picks = rng.choice(len(shares), size=len(trace), p=shares / shares.sum())
+    return tuple(replace(j, queue=tenancy.queues[int(k)].name, priority=tenancy.queues[int(k)].priority)
+                 for j, k in zip(trace, picks, strict=True))

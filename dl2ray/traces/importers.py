@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from dl2ray.speed import SpeedModel
+from dl2ray.tenancy import QueueSpec, Resources, TenancyConfig
 from dl2ray.traces import TraceError
 from dl2ray.traces.csvfile import CsvRecords
 from dl2ray.traces.generate import build_jobs, estimate_epochs
@@ -56,12 +57,14 @@ from dl2ray.workload import JobType, Trace
 
 @dataclass(frozen=True, slots=True)
 class RawJob:
-    """One kept record: submit time (s, any origin), run time (s), GPUs, file line."""
+    """One kept record: submit time (s, any origin), run time (s), GPUs, file line, and the virtual cluster it
+    ran in (Philly's ``cluster``, Helios' ``vc``; None where the format has none)."""
 
     submit_s: float
     duration_s: float
     gpus: int
     line: int
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,8 @@ class ImportOptions:
     types: tuple[str, ...] | None = None
     target_load: float | None = None
     cluster_total: tuple[float, float, float] | None = None
+    queues: bool = False
+    """Each job in the queue of its virtual cluster (docs/tenancy.md; :func:`vc_tenancy` sizes the queues)."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -129,10 +134,11 @@ def read_philly(path: str | Path, cluster: str | None) -> list[RawJob]:
         duration = csv.number(line, row, "duration")
         gpus = csv.integer(line, row, "num_gpus")
         csv.number(line, row, "gpu_time")
-        if cluster is not None and csv.text(line, row, "cluster") != cluster:
+        vc = csv.text(line, row, "cluster")
+        if cluster is not None and vc != cluster:
             continue
         if gpus >= 1 and duration > 0:
-            out.append(RawJob(submit, duration, gpus, line))
+            out.append(RawJob(submit, duration, gpus, line, vc))
     return out
 
 
@@ -160,10 +166,11 @@ def read_helios(path: str | Path, cluster: str | None) -> list[RawJob]:
         gpus = csv.integer(line, row, "gpu_num")
         submit = csv.time_s(line, row, "submit_time")
         duration = csv.number(line, row, "duration")
-        if cluster is not None and csv.text(line, row, "vc") != cluster:
+        vc = csv.text(line, row, "vc")
+        if cluster is not None and vc != cluster:
             continue
         if gpus >= 1 and duration > 0:
-            out.append(RawJob(submit, duration, gpus, line))
+            out.append(RawJob(submit, duration, gpus, line, vc))
     return out
 
 
@@ -271,7 +278,31 @@ def to_trace(records: list[RawJob], speed: SpeedModel, options: ImportOptions) -
         [record_epochs(speed, c, r, scale) for c, r in zip(cat_idx, kept, strict=True)]
     )
     est_epochs = estimate_epochs(true_epochs, options.epoch_error, rng_error)
-    return build_jobs(names, slots, type_idx, true_epochs, est_epochs, bundles)
+    trace = build_jobs(names, slots, type_idx, true_epochs, est_epochs, bundles)
+    if not options.queues:
+        return trace
+    if any(r.group is None for r in kept):
+        raise TraceError("--queues: this format names no virtual cluster per job")
+    return tuple(replace(j, queue=kept[j.job_id].group) for j in trace)  # ids follow ``kept``'s order
+
+
+def vc_tenancy(records: list[RawJob], total: np.ndarray) -> TenancyConfig:
+    """One queue per virtual cluster of ``records``, its nominal quota the cluster's ``total`` (cpu, gpu,
+    mem) times its share of the records' GPU time (rounded down to 0.1), its ``share`` its part of the jobs
+    (how a Philly VC's size becomes a queue's quota; docs/tenancy.md)."""
+    gpu_time: dict[str, float] = {}
+    jobs: dict[str, int] = {}
+    for r in records:
+        key = r.group or "default"
+        gpu_time[key] = gpu_time.get(key, 0.0) + r.gpus * r.duration_s
+        jobs[key] = jobs.get(key, 0) + 1
+    whole = sum(gpu_time.values())
+    queues = []
+    for name in sorted(gpu_time):
+        q = np.floor(np.asarray(total, dtype=np.float64) * gpu_time[name] / whole * 10) / 10
+        queues.append(QueueSpec(name=name, nominal=Resources(cpu=q[0], gpu=q[1], mem=q[2]),
+                                share=jobs[name] / len(records)))
+    return TenancyConfig(queues=tuple(queues))
 
 
 def _load_factor(kept: list[RawJob], cat_idx: list[int], bundles: np.ndarray, catalogue,

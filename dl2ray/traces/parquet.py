@@ -4,10 +4,12 @@ Columns (one row per job, in trace order)::
 
     job_id: int64  job_type: string  arrival_slot: int64  true_epochs: float64  est_epochs: float64
     requested_bundles: int64, null where the trace names no size (schema version 2)
+    queue: string  priority: string, null on one pool (schema version 3; docs/tenancy.md)
 
-Schema metadata (UTF-8 strings): ``dl2ray_trace_schema_version`` (``"2"``;
-files of version ``"1"``, which have no ``requested_bundles`` column, are still
-read, every job without a requested size),
+Schema metadata (UTF-8 strings): ``dl2ray_trace_schema_version`` (``"3"``;
+files of version ``"1"``, which have no ``requested_bundles`` column, and ``"2"``,
+which have no ``queue``/``priority``, are still read: every job without a requested
+size, in no queue),
 ``source`` (where the trace came from: importer and options, or generator,
 config and seed) and ``slot_seconds`` (the slot length, s, that the arrival
 slots were computed with). :func:`read_trace` validates everything and raises
@@ -26,8 +28,8 @@ import pyarrow.parquet as pq
 from dl2ray.traces import TraceError
 from dl2ray.workload import JobCatalogue, JobSpec, Trace, sort_trace
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 VERSION_KEY = "dl2ray_trace_schema_version"
 
 SCHEMA_V1 = pa.schema(
@@ -39,8 +41,11 @@ SCHEMA_V1 = pa.schema(
         ("est_epochs", pa.float64()),
     ]
 )
-SCHEMA = SCHEMA_V1.append(pa.field("requested_bundles", pa.int64(), nullable=True))
-NULLABLE = frozenset({"requested_bundles"})
+SCHEMA_V2 = SCHEMA_V1.append(pa.field("requested_bundles", pa.int64(), nullable=True))
+SCHEMA = SCHEMA_V2.append(pa.field("queue", pa.string(), nullable=True)).append(
+    pa.field("priority", pa.string(), nullable=True))
+NULLABLE = frozenset({"requested_bundles", "queue", "priority"})
+_SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ def write_trace(path: str | Path, trace: Trace, *, source: str, slot_seconds: fl
         "true_epochs": [j.true_epochs for j in trace],
         "est_epochs": [j.est_epochs for j in trace],
         "requested_bundles": [j.requested_bundles for j in trace],
+        "queue": [j.queue for j in trace],
+        "priority": [j.priority for j in trace],
     }
     meta = {VERSION_KEY: str(SCHEMA_VERSION), "source": source, "slot_seconds": repr(slot_seconds)}
     table = pa.table(columns, schema=SCHEMA.with_metadata(meta))
@@ -160,7 +167,7 @@ def read_trace(path: str | Path, catalogue: JobCatalogue) -> Trace:
     path = Path(path)
     table = _open(path)
     meta = _meta(path, table.schema)
-    schema = SCHEMA if meta.schema_version >= 2 else SCHEMA_V1
+    schema = _SCHEMAS[meta.schema_version]
     _check_columns(path, table, schema)
     cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in schema.names}
     if "requested_bundles" in cols:  # nullable int64 → float64 with NaN for null
@@ -169,9 +176,13 @@ def read_trace(path: str | Path, catalogue: JobCatalogue) -> Trace:
         )
     else:
         cols["requested_bundles"] = np.full(len(cols["job_id"]), np.nan)
+    for name in ("queue", "priority"):  # nullable strings: None where null
+        cols[name] = (np.array(table.column(name).to_pylist(), dtype=object) if name in cols
+                      else np.full(len(cols["job_id"]), None, dtype=object))
     _check_rows(path, cols, catalogue)
     jobs = [
-        JobSpec(int(i), str(t), int(a), float(tr), float(es), None if np.isnan(r) else int(r))
-        for i, t, a, tr, es, r in zip(*(cols[n] for n in SCHEMA.names), strict=True)
+        JobSpec(int(i), str(t), int(a), float(tr), float(es), None if np.isnan(r) else int(r),
+                queue=q, priority=pc)
+        for i, t, a, tr, es, r, q, pc in zip(*(cols[n] for n in SCHEMA.names), strict=True)
     ]
     return sort_trace(jobs)

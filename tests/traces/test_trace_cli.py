@@ -45,6 +45,25 @@ def test_import_then_describe(samples, tmp_path, capsys, testbed) -> None:
     assert "span_slots" in stdout and "145" in stdout
 
 
+def test_import_with_queues_writes_a_tenancy_block_the_config_accepts(samples, tmp_path, capsys) -> None:
+    import yaml
+
+    from dl2ray.tenancy import TenancyConfig
+
+    out, block = tmp_path / "q.parquet", tmp_path / "tenancy.yaml"
+    code, stdout, _ = run(["trace", "import", "--format", "philly", str(samples / "philly_small.csv"),
+                           "--out", str(out), "--queues", "--tenancy-out", str(block)], capsys)
+    assert code == 0 and "queues to" in stdout
+    tenancy = TenancyConfig.model_validate(yaml.safe_load(block.read_text())["tenancy"])
+    assert {j.queue for j in read_trace(out, load_config_default().catalogue)} == set(tenancy.names)
+
+
+def load_config_default():
+    from dl2ray.config import load_config
+
+    return load_config(None)
+
+
 def test_generate_is_seeded(tmp_path, capsys, testbed) -> None:
     paths = [tmp_path / f"g{i}.parquet" for i in range(3)]
     for path, seed in zip(paths, [1, 1, 2], strict=True):
@@ -69,6 +88,8 @@ def test_generate_is_seeded(tmp_path, capsys, testbed) -> None:
           "--target-load", "0"], "--target-load: 0.0 must be > 0"),
         (["trace", "generate", "--config", "missing.yaml", "--out", "x.parquet"],
          "missing.yaml: cannot read config"),
+        (["trace", "import", "--format", "philly", "f.csv", "--out", "x.parquet",
+          "--tenancy-out", "t.yaml"], "--tenancy-out: needs --queues"),
     ],
 )  # fmt: skip
 def test_user_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch) -> None:

@@ -282,3 +282,26 @@ def test_target_load_errors(speed_model, records, options, message) -> None:
 def test_target_load_must_be_positive(load) -> None:
     with pytest.raises(TraceError, match="--target-load"):
         ImportOptions(target_load=load)
+
+
+@pytest.mark.parametrize("fmt", ["philly", "helios"])
+def test_queues_put_every_job_in_its_virtual_cluster(fmt, samples, speed_model) -> None:
+    from dl2ray.traces.importers import vc_tenancy
+
+    path = samples / SAMPLE[fmt]
+    trace = import_trace(fmt, path, speed_model, ImportOptions(queues=True))
+    records = sorted(FORMATS[fmt](path, None), key=lambda r: (r.submit_s, r.line))
+    assert [j.queue for j in sorted(trace, key=lambda j: j.job_id)] == [r.group for r in records]
+    tenancy = vc_tenancy(records, np.array(TESTBED_TOTAL))
+    assert set(tenancy.names) == {r.group for r in records}
+    nominal = sum(q.nominal.as_array() for q in tenancy.queues)
+    assert np.all(nominal <= np.array(TESTBED_TOTAL) + 1e-9)
+    gpu_time = {g: sum(r.gpus * r.duration_s for r in records if r.group == g) for g in tenancy.names}
+    biggest = max(gpu_time, key=gpu_time.get)
+    assert tenancy.queue(biggest).nominal.gpu == max(q.nominal.gpu for q in tenancy.queues)
+
+
+def test_queues_need_a_format_that_names_virtual_clusters(samples, speed_model) -> None:
+    with pytest.raises(TraceError, match="--queues: this format names no virtual cluster"):
+        import_trace("alibaba-gpu-2023", samples / SAMPLE["alibaba-gpu-2023"], speed_model,
+                     ImportOptions(queues=True))

@@ -17,7 +17,7 @@ TRACE = (
     JobSpec(0, "vgg-16", 0, 4000.0, 3900.5),
     JobSpec(1, "dssm", 0, 12700.0, 12700.0),
     JobSpec(2, "wlm", 3, 11800.25, 12000.0, requested_bundles=4),
-    JobSpec(3, "vgg-16", 7, 100.0, 110.0, requested_bundles=1),
+    JobSpec(3, "vgg-16", 7, 100.0, 110.0, requested_bundles=1, queue="prod", priority="high"),
 )
 
 
@@ -25,11 +25,12 @@ def test_round_trip(tmp_path: Path, testbed) -> None:
     path = write_trace(tmp_path / "t.parquet", TRACE, source="unit test", slot_seconds=600.0)
     assert read_trace(path, testbed.catalogue) == TRACE
     meta = read_trace_meta(path)
-    assert (meta.schema_version, meta.source, meta.slot_seconds) == (2, "unit test", 600.0)
+    assert (meta.schema_version, meta.source, meta.slot_seconds) == (3, "unit test", 600.0)
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == SCHEMA
-    assert table.schema.metadata[b"dl2ray_trace_schema_version"] == b"2"
+    assert table.schema.metadata[b"dl2ray_trace_schema_version"] == b"3"
     assert table.column("requested_bundles").to_pylist() == [None, None, 4, 1]
+    assert table.column("queue").to_pylist() == [None, None, None, "prod"]
 
 
 def write_table(path: Path, columns: dict, metadata: dict | None = None) -> Path:
@@ -69,6 +70,15 @@ def test_version_2_file_with_nulls_reads(tmp_path: Path, testbed) -> None:
     change, meta = v2([2, None, 5])
     path = write_table(tmp_path / "v2.parquet", {**good_columns(), **change}, meta)
     assert [j.requested_bundles for j in read_trace(path, testbed.catalogue)] == [2, None, 5]
+    assert [j.queue for j in read_trace(path, testbed.catalogue)] == [None] * 3  # no queues before v3
+
+
+def test_version_3_file_names_each_jobs_queue_and_priority(tmp_path: Path, testbed) -> None:
+    cols = {**good_columns(), **v2([2, None, 5])[0], "queue": pa.array(["a", None, "b"], pa.string()),
+            "priority": pa.array([None, "high", None], pa.string())}
+    path = write_table(tmp_path / "v3.parquet", cols, {"dl2ray_trace_schema_version": "3"})
+    trace = read_trace(path, testbed.catalogue)
+    assert [(j.queue, j.priority) for j in trace] == [("a", None), (None, "high"), ("b", None)]
 
 
 BAD = [
@@ -80,7 +90,8 @@ BAD = [
     ({"job_id": pa.array([0, None, 2], pa.int64())}, None, r"row 1: field 'job_id': null"),
     ({"arrival_slot": pa.array([0.0, 1.0, 2.0])}, None, r"field 'arrival_slot': type double"),
     ({"extra": pa.array([1, 2, 3])}, None, r"unexpected column"),
-    ({}, {"dl2ray_trace_schema_version": "3"}, r"'dl2ray_trace_schema_version' is '3'"),
+    ({}, {"dl2ray_trace_schema_version": "4"}, r"'dl2ray_trace_schema_version' is '4'"),
+    (v2([1, 2, 3])[0], {"dl2ray_trace_schema_version": "3"}, r"field 'queue': column missing"),
     ({}, {"dl2ray_trace_schema_version": "2"}, r"field 'requested_bundles': column missing"),
     (*v2([1, 0, 2]), r"row 1: field 'requested_bundles'.*>= 1"),
     ({"requested_bundles": pa.array([1, 2, 3])}, None, r"unexpected column"),  # not in version 1
