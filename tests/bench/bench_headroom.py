@@ -18,13 +18,13 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+from json_out import print_json
 
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
@@ -90,13 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.traces < 1 or a.processes < 1:
         p.error("--traces and --processes must be >= 1")
     schedulers = [x.strip() for x in a.schedulers.split(",") if x.strip()]
-    try:
-        doc = run(a.config, schedulers, futures, None if a.horizon == "end" else int(a.horizon),
-                  list(range(a.seed, a.seed + a.traces)), a.processes)
-    except UserError as exc:
-        p.error(str(exc))
-    print(json.dumps(doc))
-    return 0
+    horizon = None if a.horizon == "end" else int(a.horizon)
+    return print_json(p, lambda: run(a.config, schedulers, futures, horizon,
+                                     list(range(a.seed, a.seed + a.traces)), a.processes))
 
 
 if __name__ == "__main__":

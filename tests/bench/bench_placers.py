@@ -18,9 +18,10 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+
+from json_out import print_json
 
 from dl2ray.cluster import PLACEMENTS
 from dl2ray.config import load_config
@@ -85,13 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.traces < 1:
         p.error("--traces must be >= 1")
     schedulers = [x.strip() for x in a.schedulers.split(",") if x.strip()]
-    try:
-        doc = run(a.config, schedulers, placers, list(range(a.seed, a.seed + a.traces)), a.baseline,
-                  a.processes, a.trace)
-    except UserError as exc:
-        p.error(str(exc))
-    print(json.dumps(doc))
-    return 0
+    return print_json(p, lambda: run(a.config, schedulers, placers, list(range(a.seed, a.seed + a.traces)),
+                                     a.baseline, a.processes, a.trace))
 
 
 if __name__ == "__main__":

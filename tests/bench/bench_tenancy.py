@@ -20,11 +20,11 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
+from json_out import print_json
 
 from dl2ray.config import ExperimentConfig, load_config
 from dl2ray.errors import UserError
@@ -106,13 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.traces < 1:
         p.error("--traces must be >= 1")
-    try:
-        doc = run(a.config, [s.strip() for s in a.schedulers.split(",") if s.strip()],
-                  list(range(a.seed, a.seed + a.traces)))
-    except UserError as exc:
-        p.error(str(exc))
-    print(json.dumps(doc))
-    return 0
+    return print_json(p, lambda: run(a.config, [s.strip() for s in a.schedulers.split(",") if s.strip()],
+                                     list(range(a.seed, a.seed + a.traces))))
 
 
 if __name__ == "__main__":
