@@ -97,6 +97,21 @@ def connect(address: str) -> Any:
     return runtime.connect(address, NAMESPACE)
 
 
+def head_token(fed: FederationFile) -> Path:
+    """The Ray token file of the head ``up`` starts (token authentication on: :mod:`clusters.ray.auth`)."""
+    return fed.out / "ray_auth_token"
+
+
+def connect_learner(fed: FederationFile, address: str) -> Any:
+    """:func:`connect` to the learner's Ray, presenting its head's token when ``up`` started it with one."""
+    auth = read_state(fed).get("auth") or {}
+    if auth.get("mode") == "token":
+        from clusters.ray.auth import use_token
+
+        use_token(Path(auth["token_path"]))
+    return connect(address)
+
+
 def names(fed: FederationFile) -> dict[str, str]:
     """Actor names in namespace ``dl2ray``: a ``ray`` member's is its live agent's (``live.agent_name``)."""
     p = fed.actor_prefix
@@ -158,7 +173,13 @@ def start_local_member(fed: FederationFile, index: int, link: Any) -> Any:
 def _remote(fed_path: Path, action: str, members: list[str], where: str, url: str = "") -> None:
     """One child process connected to the Ray cluster at ``where`` starts or stops ``members`` there."""
     cmd = [sys.executable, "-m", "clusters.federation.deploy", action, str(fed_path), ",".join(members), url]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180 + 60 * len(members))
+    from clusters.ray.auth import MODE_VAR, PATH_VAR
+
+    env = dict(os.environ)
+    if env.get(PATH_VAR) == str(head_token(load_federation(fed_path))):  # the learner's token is not theirs
+        env.pop(PATH_VAR)
+        env.pop(MODE_VAR, None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180 + 60 * len(members), env=env)
     if proc.returncode != 0:
         last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
         raise UserError(f"members {', '.join(members)}: {action} in the Ray cluster at {where} failed: "
@@ -185,11 +206,16 @@ def up(path: Path, wait_s: float = 180.0) -> dict[str, Any]:
     preflight(fed)
     state = read_state(fed)
     address = learner_address(fed)
-    if address is None:
-        head = start_head(fed.learner.ray.num_cpus, 0, fed.out / "ray-head.log")
+    if address is None:  # a head of its own, with Ray's token authentication on
+        from clusters.ray.auth import create_token
+
+        token = create_token(head_token(fed))
+        head = start_head(fed.learner.ray.num_cpus, 0, fed.out / "ray-head.log", token)
         address = head["address"]
-        state = {"address": address, "head_pid": head["pid"]}
-    ray = connect(address)
+        state = {"address": address, "head_pid": head["pid"],
+                 "auth": {"mode": "token", "token_path": str(token)}}
+        _write_state(fed, state)
+    ray = connect_learner(fed, address)
     t0 = time.time()
     learner, _, url = ensure_learner(fed)
     state.update({"address": address, "url": url, "learner": names(fed)["learner"]})
@@ -221,7 +247,7 @@ def status(path: Path) -> dict[str, Any]:
     if address is None:
         raise UserError(f"{path}: federation {fed.name!r} is not running (no Ray head recorded in "
                         f"{fed.state_file}); start it with `dl2ray federation up {path}`")
-    ray = connect(address)
+    ray = connect_learner(fed, address)
 
     try:
         learner = ray.get_actor(names(fed)["learner"], namespace=NAMESPACE)
@@ -252,7 +278,7 @@ def down(path: Path) -> dict[str, Any]:
     import ray as ray_module
 
     owned = not ray_module.is_initialized()  # a caller's own driver (tests) stays connected
-    ray = connect(address)
+    ray = connect_learner(fed, address)
     n = names(fed)
     for where, members in _by_cluster(fed).items():
         try:
@@ -282,7 +308,7 @@ def down(path: Path) -> dict[str, Any]:
 def _member_main(action: str, path: str, members: str, url: str) -> None:
     """Child process: start or stop members (comma-separated names) in their own Ray cluster, one driver."""
     ray_env()
-    from clusters.federation.http import HttpLink
+    from clusters.federation.http import HttpLink, member_token
 
     fed = load_federation(path)
     wanted = members.split(",")
@@ -293,7 +319,9 @@ def _member_main(action: str, path: str, members: str, url: str) -> None:
         if m.name not in wanted:
             continue
         if action == "start-member":
-            agent = start_local_member(fed, index, HttpLink(url, read_token(fed)))
+            # the member's own token: it can push, pull and report as itself only
+            agent = start_local_member(fed, index, HttpLink(url, member_token(read_token(fed), m.name),
+                                                            member=m.name))
             ray.get(agent.status.remote())
         else:
             stop_member(fed, m.name)

@@ -1,7 +1,12 @@
 """The learner over HTTP, for members in other Ray clusters: routes, the gateway actor, the client link.
 
 Routes (every one needs ``Authorization: Bearer TOKEN``; without it, or with
-another token, the answer is 401 and the learner is not called):
+another token, the answer is 401 and the learner is not called). TOKEN is the
+federation's shared token (the operator's: every route, for any member) or a
+member's own, :func:`member_token` — an HMAC of its name under the shared token,
+sent with ``X-Federation-Member: NAME``. A member's token speaks for that member
+only: a join, push, pull or report naming another member is refused (403) before
+the learner sees it, so no member can push gradients in another cluster's name.
 
 - ``POST /v1/fed/join``   JSON ``{"member"}`` → frame ``{"updates", "boot"}`` + weights
 - ``POST /v1/fed/push``   frame ``{"member", "version", "boot", "pull", "row", "bytes_last"}`` + gradient
@@ -26,6 +31,7 @@ carries a learner's gradients and weights and is closed to all but members.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
 import json
 import struct
@@ -149,24 +155,60 @@ def answer(endpoint: FedEndpoint, name: str, as_frame: bool, raw: bytes) -> tupl
     return 200, json.dumps(reply).encode(), "application/json"
 
 
+MEMBER_HEADER = "X-Federation-Member"
+"""The header naming the member whose own token a request carries."""
+MEMBER_ROUTES = ("join", "push", "pull", "report")
+"""The routes that speak for a member (the ``member`` field of their body)."""
+
+
+def member_token(shared: str, member: str) -> str:
+    """Member ``member``'s own token: HMAC-SHA256 of its name under the federation's shared token (hex).
+    The learner recomputes it; a member given only its own cannot make another's."""
+    name = f"dl2ray-federation-member:{member}".encode()
+    return hmac.new(shared.encode(), name, hashlib.sha256).hexdigest()
+
+
 def authorized(header: str, token: str) -> bool:
     scheme, _, value = header.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+def body_member(name: str, raw: bytes) -> str | None:
+    """The member a request of route ``name`` speaks for (None: a route that names none, or a body the route
+    itself will refuse as malformed)."""
+    if name not in MEMBER_ROUTES:
+        return None
+    try:
+        doc = decode_frame(raw)[0] if name == "push" else _json(raw)
+        return str(doc["member"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def make_app(endpoint: FedEndpoint, token: str):
-    """The FastAPI app of :data:`ROUTES` over ``endpoint``; the token is checked before anything else."""
+    """The FastAPI app of :data:`ROUTES` over ``endpoint``; the token is checked before anything else, and a
+    member's token against the member its request names (module docstring)."""
     import anyio
     from fastapi import FastAPI, Response
 
     app = FastAPI(title="dl2ray federation learner")
 
+    def refuse(code: int, detail: str) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
+        return Response(json.dumps({"detail": detail}), status_code=code, media_type="application/json",
+                        headers=headers)
+
     def route(name: str, as_frame: bool):
         async def handler(request: Request) -> Response:
-            if not authorized(request.headers.get("authorization", ""), token):
-                return Response(json.dumps({"detail": "missing or wrong federation token"}), status_code=401,
-                                media_type="application/json", headers={"WWW-Authenticate": "Bearer"})
+            header = request.headers.get("authorization", "")
+            who = request.headers.get(MEMBER_HEADER)
+            operator = authorized(header, token)
+            if not operator and not (who and authorized(header, member_token(token, who))):
+                return refuse(401, "missing or wrong federation token")
             raw = await request.body()
+            named = body_member(name, raw)
+            if not operator and named is not None and named != who:
+                return refuse(403, f"member {who!r}'s token cannot speak for member {named!r}")
             code, body, media = await anyio.to_thread.run_sync(answer, endpoint, name, as_frame, raw)
             return Response(body, status_code=code, media_type=media)
         return handler
@@ -220,12 +262,16 @@ class HttpLink:
     headers excluded); sent to the learner with the next push.
     """
 
-    def __init__(self, url: str, token: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, token: str, timeout_s: float = 60.0, member: str | None = None) -> None:
+        """``token``: the shared token (an operator's link), or with ``member`` that member's own
+        (:func:`member_token`), which the learner accepts for that member only."""
         import requests
 
         self.url, self.timeout_s = url.rstrip("/"), timeout_s
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
+        if member is not None:
+            self.session.headers[MEMBER_HEADER] = member
         self.bytes_last = 0
 
     def _post(self, path: str, data: bytes | None = None, doc: dict | None = None):

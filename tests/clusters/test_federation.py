@@ -273,6 +273,41 @@ def test_http_without_the_token_gets_401_and_changes_nothing(learner):
         gw.stop()
 
 
+def test_a_members_own_token_speaks_for_that_member_only(learner):
+    """A member's token (an HMAC of its name under the shared one) pushes, pulls and joins as itself; naming
+    another member is 403 and reaches no learner; without its name header, or as another member, 401."""
+    import requests
+
+    from clusters.federation.http import MEMBER_HEADER, FedGatewayImpl, HttpLink, member_token
+
+    gp, _, _ = learner
+    shared = "s3cret-token-0123456789"
+    gw = FedGatewayImpl(gp, shared, "127.0.0.1", 0)
+    try:
+        client = _Client(requests.Session(), gw.url())
+        mine = {"Authorization": f"Bearer {member_token(shared, 'a')}", MEMBER_HEADER: "a"}
+        as_b = encode_frame({"member": "b", "version": 0, "boot": gp.boot, "pull": True, "row": ROW.__dict__},
+                            _grad(gp))
+        assert client.post("/v1/fed/push", content=as_b, headers=mine).status_code == 403
+        assert client.post("/v1/fed/join", json={"member": "b"}, headers=mine).status_code == 403
+        report = {"member": "b", "update": 1, "val_jct": 1.0, "drf_jct": 2.0}
+        assert client.post("/v1/fed/report", json=report, headers=mine).status_code == 403
+        assert gp.opt.updates == 0 and all(m["joins"] == 0 for m in gp.status()["members"])
+        for headers in ({"Authorization": mine["Authorization"]},  # no name: cannot be checked
+                        {"Authorization": mine["Authorization"], MEMBER_HEADER: "b"}):  # a's token as b
+            assert client.post("/v1/fed/join", json={"member": "b"}, headers=headers).status_code == 401
+        link = HttpLink(gw.url(), member_token(shared, "a"), member="a")
+        assert link.join("a")["updates"] == 0
+        reply = link.push("a", _grad(gp), ROW, 0, gp.boot, True)
+        assert reply["accepted"] == "yes" and gp.opt.updates == 1
+        assert link.version()["updates"] == 1  # routes that name no member take a member's token
+        with pytest.raises(RuntimeError, match="403"):
+            link.push("b", _grad(gp), ROW, 1, gp.boot, True)
+        assert gp.opt.updates == 1
+    finally:
+        gw.stop()
+
+
 def test_a_members_http_link_reads_the_learners_status_for_its_dashboard(learner):
     from clusters.federation.http import FedGatewayImpl, HttpLink
 
