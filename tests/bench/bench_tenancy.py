@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 from json_out import print_json
@@ -33,6 +34,7 @@ from dl2ray.evaluation.tenancy import QUEUE_METRICS, queue_metrics
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode
 from dl2ray.traces.generate import generate_trace
+from dl2ray.workload import Trace, sort_trace
 from dl2ray.world import build_simulator
 
 
@@ -52,10 +54,27 @@ def partition(cfg: ExperimentConfig, queue: str) -> ExperimentConfig:
     return cfg.model_copy(update={"cluster": cluster, "tenancy": None})
 
 
-def run(config: str, schedulers: list[str], seeds: list[int]) -> dict:
+def merged_trace(files: dict[str, str], cfg: ExperimentConfig) -> Trace:
+    """The jobs of every ``queue -> Parquet trace`` file in one trace, each job in its file's queue, ids
+    renumbered in arrival order (a Philly VC's segment per queue)."""
+    from dl2ray.traces.parquet import read_trace
+
+    jobs = [replace(j, queue=q) for q, f in files.items() for j in read_trace(f, cfg.catalogue)]
+    jobs.sort(key=lambda j: (j.arrival_slot, str(j.queue), j.job_id))
+    return sort_trace([replace(j, job_id=i) for i, j in enumerate(jobs)])
+
+
+def run(config: str, schedulers: list[str], seeds: list[int], files: dict[str, str] | None = None) -> dict:
     cfg = load_config(config)
     if cfg.tenancy is None:
         raise UserError(f"{config}: has no tenancy: group (docs/tenancy.md)")
+    fixed = None
+    if files:
+        unknown = sorted(set(files) - set(cfg.tenancy.names))
+        if unknown:
+            raise UserError(f"--trace-queue: {unknown} are not queues of {config} "
+                            f"({list(cfg.tenancy.names)})")
+        fixed = merged_trace(files, cfg)
     t0 = time.perf_counter()
     rows = []
     for name in schedulers:
@@ -63,7 +82,7 @@ def run(config: str, schedulers: list[str], seeds: list[int]) -> dict:
         alone: dict[str, list[float]] = {q: [] for q in cfg.tenancy.names}
         slots, overall = 0, []
         for seed in seeds:
-            trace = generate_trace(cfg, seed)
+            trace = fixed if fixed is not None else generate_trace(cfg, seed)
             scheduler = make_scheduler(name, cfg)
             result = run_episode(build_simulator(cfg, trace), scheduler, seed)
             slots += result.slots
@@ -93,7 +112,7 @@ def run(config: str, schedulers: list[str], seeds: list[int]) -> dict:
                      "violations": sum(r["violations"] for q in shared for r in shared[q]),
                      "queues": queues_out})
         print(f"[bench_tenancy] {name}: done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    return {"bench": "tenancy", "config": cfg.name, "seeds": seeds, "results": rows,
+    return {"bench": "tenancy", "config": cfg.name, "seeds": seeds, "traces": files or None, "results": rows,
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -102,12 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", "-c", default="configs/testbed-shared.yaml")
     p.add_argument("--schedulers", default="drf,fifo,srtf,tetris,optimus,planner")
     p.add_argument("--seed", type=int, default=2_000_000, help="first trace seed (validation: 2000000)")
-    p.add_argument("--traces", type=int, default=5)
+    p.add_argument("--traces", type=int, default=5, help="traces (with --trace-queue: noise seeds)")
+    p.add_argument("--trace-queue", action="append", default=[], metavar="QUEUE=FILE",
+                   help="a Parquet trace whose jobs all arrive in QUEUE (repeat; not generated traces)")
     a = p.parse_args(argv)
     if a.traces < 1:
         p.error("--traces must be >= 1")
+    files = dict(x.split("=", 1) for x in a.trace_queue if "=" in x)
+    if len(files) != len(a.trace_queue):
+        p.error("--trace-queue: QUEUE=FILE")
     return print_json(p, lambda: run(a.config, [s.strip() for s in a.schedulers.split(",") if s.strip()],
-                                     list(range(a.seed, a.seed + a.traces))))
+                                     list(range(a.seed, a.seed + a.traces)), files))
 
 
 if __name__ == "__main__":
