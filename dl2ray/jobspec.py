@@ -20,6 +20,8 @@ A job spec (YAML; every field below, units in the descriptions)::
     seed: 0                     # model init and data order
     sample_delay_s: 0.0         # extra seconds of compute per sample (demos: slows a tiny model)
     output: null                # optional .npz path: the final parameters (by order), from the first worker
+    queue: null                 # shared clusters: its queue (a name under the experiment's tenancy:)
+    priority: null              # its priority class (null: the queue's, else the cluster's default)
 
 The Serve request schema (:mod:`serve.schemas`) reuses :class:`TaskDemand`:
 resources are ``(cpu, gpu, mem)`` in cores, GPUs and GB, as in
@@ -115,6 +117,10 @@ class JobSpec(_Frozen):
     sample_delay_s: float = Field(
         default=0.0, ge=0, le=1.0,
         description="extra seconds of compute per sample of a worker's share (demos and tests)")
+    queue: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                              description="its queue on a shared cluster (docs/tenancy.md); None: the first")
+    priority: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                                 description="its priority class; None: its queue's, else the default")
 
     @field_validator("name")
     @classmethod

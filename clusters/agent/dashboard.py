@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from clusters.agent.queues import QueueRow
 from clusters.agent.waiting import queue
 
 RESOURCES = ("cpu", "gpu", "mem")
@@ -127,6 +128,8 @@ class DashboardState(BaseModel):
     fallbacks: dict[str, int] = Field(description="guardrail fallbacks by reason since the agent started")
     federation: dict[str, Any] | None = Field(
         description="the federation this agent is a member of, and its learner's members (staleness)")
+    queues: list[QueueRow] = Field(default_factory=list, description="each queue's quota, use and borrowing "
+                                   "after the last decision (clusters.agent.queues); [] without tenancy")
 
 
 def _job(st: dict[str, Any], names: dict[str, str], wait: dict[str, Any] | None, epoch: float, slot_s: float,
@@ -221,5 +224,5 @@ def dashboard_state(agent: Any, status: dict[str, Any], jobs: Iterable[dict[str,
                                policy_alloc=_named(d["policy_alloc"], by_id),
                                fallback_alloc=_named(d["fallback_alloc"], by_id))
                    for d in list(agent.decisions.rows)[-decisions:]],
-        fallbacks=dict(guard.fallbacks), federation=federation,
+        fallbacks=dict(guard.fallbacks), federation=federation, queues=agent.queues(jobs),
     )

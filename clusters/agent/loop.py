@@ -27,13 +27,15 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from clusters.agent.backend import LiveBackend
 from clusters.agent.guard import DecisionLog, GuardedScheduler
 from clusters.agent.metrics import AgentMetrics
+from clusters.agent.queues import QueueRow, queue_rows
 from clusters.agent.settings import AgentConfig
-from clusters.agent.waiting import LastDecision
+from clusters.agent.waiting import LastDecision, waits
 from dl2ray.config import ExperimentConfig
 from dl2ray.schedulers.base import Scheduler, make_scheduler
 from dl2ray.view import ClusterView
@@ -49,7 +51,8 @@ class Agent:
     names it); ``shadow``: decide with it, apply the guardrail's fallback. ``exp``: the experiment the
     schedulers are built for (default: the one the config names). ``metrics``: where each slot is counted
     (:mod:`clusters.agent.metrics`; default: a registry of the agent's own, without the jobs' metrics).
-    ``last_view`` is the latest snapshot (None before the first), for the dashboard.
+    ``last_view`` is the latest snapshot (None before the first), for the dashboard; ``tenancy``: the
+    experiment's queues (:mod:`clusters.agent.queues`), None on a cluster of one pool.
     """
 
     def __init__(self, cfg: AgentConfig, backend: LiveBackend, spec: str | None = None,
@@ -58,6 +61,7 @@ class Agent:
         settings = cfg.agent
         exp = exp or cfg.experiment()
         self.cfg, self.backend = cfg, backend
+        self.tenancy = exp.tenancy  # the queues the schedulers decide within (None: one pool)
         self.spec = spec or cfg.scheduler_spec()
         log_dir = cfg.log_dir()
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +95,7 @@ class Agent:
             t2 = time.perf_counter()
             report = self.backend.apply(alloc)
             t3 = time.perf_counter()
-            self.last_decision = LastDecision(view, alloc, report)
+            self.last_decision = LastDecision(view, alloc, report, self.tenancy)
             timings = {"view_ms": (t1 - t0) * 1e3, "decide_ms": (t2 - t1) * 1e3,
                        "apply_ms": (t3 - t2) * 1e3, "total_ms": (t3 - t0) * 1e3, **self.backend.view_parts()}
             row.update(slot=view.slot, jobs=len(view.jobs), **timings, actions=len(report.actions),
@@ -126,6 +130,17 @@ class Agent:
                 self.last_slot = slot
             stop.wait(max(self.backend.slot_start(self.backend.slot_now() + 1) - time.time(), 0.01))
         self.scheduler.close()
+
+    def queues(self, statuses: Iterable[dict[str, Any]]) -> list[QueueRow]:
+        """Each queue's quota, use and borrowing after the last decision, its jobs counted from
+        ``statuses`` (job statuses: ``state``, ``workers``, ``spec``; ended jobs left out;
+        :func:`clusters.agent.queues.queue_rows`); [] on a cluster without queues."""
+        if self.tenancy is None:
+            return []
+        last = self.last_decision
+        jobs = [(s["spec"].get("queue"), waits(s["state"], s["workers"])) for s in statuses
+                if s["state"] in ("pending", "running", "paused")]
+        return queue_rows(self.tenancy, last.view if last else None, last.allocation if last else None, jobs)
 
     def close(self) -> None:
         """Stop the policy's worker thread (the guardrail's); the backend is its owner's to close."""

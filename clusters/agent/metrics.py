@@ -7,7 +7,10 @@ Two kinds, in one registry per agent (never the process-wide default: a test pro
   failed steps, the policy version;
 * read from the jobs' statuses when scraped (:class:`JobsCollector`): jobs by state, the queue
   (waiting jobs), job completion times, scaling events and each event's worker pause. These are
-  level-triggered like the agent: a restarted agent reports the same job numbers at once.
+  level-triggered like the agent: a restarted agent reports the same job numbers at once;
+* on a shared cluster, read from the queues when scraped (:class:`QueuesCollector`, names in
+  :data:`QUEUE_METRIC_NAMES`): each queue's nominal quota, use and borrowed resources after the last
+  decision, and its jobs running and waiting (:mod:`clusters.agent.queues`).
 
 Every name is listed in :data:`METRIC_NAMES`; ``configs/grafana/dl2ray.json`` queries them (a test checks
 every panel's metric against a scrape).
@@ -22,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from clusters.agent.queues import QueueRow
 from clusters.agent.waiting import waits
 
 LOOP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -38,6 +42,36 @@ METRIC_NAMES = (
     "dl2ray_agent_policy_version", "dl2ray_jobs", "dl2ray_queue_length", "dl2ray_job_completion_seconds",
     "dl2ray_scaling_events_total", "dl2ray_scaling_pause_seconds",
 )
+QUEUE_METRIC_NAMES = (
+    "dl2ray_queue_nominal", "dl2ray_queue_used", "dl2ray_queue_borrowed", "dl2ray_queue_jobs",
+)
+"""The queues' families, exposed by an agent whose experiment has ``tenancy:`` (labels ``queue`` and
+``resource`` — cpu, gpu, mem — or ``state``: running, waiting)."""
+
+
+class QueuesCollector(Collector):
+    """Queue metrics computed at scrape time from ``rows()`` (:func:`clusters.agent.queues.queue_rows`)."""
+
+    def __init__(self, rows: Callable[[], Iterable[QueueRow]]) -> None:
+        self.rows = rows
+
+    def collect(self) -> Iterator[Any]:
+        rows = list(self.rows())
+        docs = {"nominal": "Nominal quota of each queue (what it is guaranteed), by resource",
+                "used": "What each queue's jobs hold after the agent's last decision, by resource",
+                "borrowed": "What each queue holds beyond its nominal quota, by resource"}
+        for field, doc in docs.items():
+            family = GaugeMetricFamily(f"dl2ray_queue_{field}", doc, labels=["queue", "resource"])
+            for r in rows:
+                for resource, value in getattr(r, field).items():
+                    family.add_metric([r.name, resource], value)
+            yield family
+        jobs = GaugeMetricFamily("dl2ray_queue_jobs", "Jobs of each queue not yet ended, running or waiting",
+                                 labels=["queue", "state"])
+        for r in rows:
+            jobs.add_metric([r.name, "running"], r.running)
+            jobs.add_metric([r.name, "waiting"], r.waiting)
+        yield jobs
 
 
 class JobsCollector(Collector):
@@ -119,6 +153,10 @@ class AgentMetrics:
     def watch_jobs(self, jobs: Callable[[], Iterable[dict[str, Any]]]) -> None:
         """Add the jobs' metrics, read from ``jobs()`` at each scrape (:class:`JobsCollector`)."""
         self.registry.register(JobsCollector(jobs))
+
+    def watch_queues(self, rows: Callable[[], Iterable[QueueRow]]) -> None:
+        """Add the queues' metrics, read from ``rows()`` at each scrape (:class:`QueuesCollector`)."""
+        self.registry.register(QueuesCollector(rows))
 
     def slot(self, row: dict[str, Any], decision: dict[str, Any] | None, results: Iterable[bool | None],
              version: object) -> None:

@@ -21,7 +21,8 @@ def live_job_view(name: str, spec: JobSpec, catalogue: JobCatalogue, arrival_slo
                   ps_nodes: Iterable[int], worker_nodes: Iterable[int],
                   history: Iterable[Observation]) -> JobView:
     """The view of a live job: its declared epochs and demands, the nodes of its running PS and workers
-    (indices into the view's nodes), its per-slot observations, progress capped at the declared epochs."""
+    (indices into the view's nodes), its per-slot observations, progress capped at the declared epochs,
+    its queue and priority class on a shared cluster."""
     hist = tuple(history)
     wd, pd = spec.worker.as_array(), spec.ps.as_array()
     wd.flags.writeable = False
@@ -33,4 +34,4 @@ def live_job_view(name: str, spec: JobSpec, catalogue: JobCatalogue, arrival_slo
         est_epochs=spec.epochs, done_epochs=min(float(done_epochs), spec.epochs),
         workers=len(workers), ps=len(ps), worker_nodes=workers, ps_nodes=ps,
         worker_demand=wd, ps_demand=pd, max_workers=spec.workers.max, max_ps=spec.ps_count.max,
-        history=hist)
+        history=hist, queue=spec.queue, priority=spec.priority)

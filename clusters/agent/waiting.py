@@ -14,6 +14,9 @@ allocation and the backend's report of what it did with it:
 * ``members starting``: the job was given tasks and its members are starting
   (a scale operation in flight, or running with no worker yet);
 * ``paused by the scheduler``: a paused job the allocation gave nothing;
+* ``queue at quota``: on a shared cluster (:mod:`clusters.agent.queues`), given
+  nothing while its queue holds its nominal quota: the job's minimum would
+  take the queue past it (the queue layer lent it nothing);
 * ``no free resources``: given nothing, and the jobs the scheduler kept or
   started leave no node room for even one of its PS or one of its workers;
 * ``min demand does not fit``: given nothing (or given tasks that placement
@@ -36,7 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from clusters.agent.queues import at_quota, queue_name, queue_use
 from clusters.agent.reports import ApplyReport
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import Allocation, ClusterView
 
 FIRST_SLOT = "waiting for its first slot"
@@ -46,17 +51,20 @@ NO_RESOURCES = "no free resources"
 MIN_DOES_NOT_FIT = "min demand does not fit"
 GIVEN_ZERO = "scheduler gave it 0"
 REFUSED = "start refused"
-REASONS = (FIRST_SLOT, STARTING, PAUSED, NO_RESOURCES, MIN_DOES_NOT_FIT, GIVEN_ZERO, REFUSED)
+AT_QUOTA = "queue at quota"
+REASONS = (FIRST_SLOT, STARTING, PAUSED, AT_QUOTA, NO_RESOURCES, MIN_DOES_NOT_FIT, GIVEN_ZERO, REFUSED)
 EPS = 1e-9
 
 
 @dataclass(frozen=True)
 class LastDecision:
-    """One slot's decision as the agent made it: the view, the allocation applied, the backend's report."""
+    """One slot's decision as the agent made it: the view, the allocation applied, the backend's report;
+    ``tenancy``: the cluster's queues (None: one pool)."""
 
     view: ClusterView
     allocation: Allocation
     report: ApplyReport
+    tenancy: TenancyConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ class WaitingJob:
     workers_min: int
     ps_demand: np.ndarray
     worker_demand: np.ndarray
+    queue: str | None = None
 
     @classmethod
     def from_status(cls, st: dict[str, Any]) -> WaitingJob:
@@ -87,7 +96,7 @@ class WaitingJob:
 
         return cls(st["name"], int(st["job_id"]), st["state"], int(st["workers"]), bool(st.get("busy")),
                    int(spec["ps_count"]["min"]), int(spec["workers"]["min"]), demand(spec["ps"]),
-                   demand(spec["worker"]))
+                   demand(spec["worker"]), spec.get("queue"))
 
     @property
     def waiting(self) -> bool:
@@ -166,6 +175,9 @@ def reason(job: WaitingJob, last: LastDecision | None) -> tuple[str, str]:
             return REFUSED, f"given {t.ps} PS + {t.workers} workers; the job host refused: {action.reason}"
         return MIN_DOES_NOT_FIT, (f"given {t.ps} PS + {t.workers} workers, placement found no room; "
                                   f"needs {need}, most left on a node {largest}")
+    quota = _at_quota(job, last)
+    if quota is not None:
+        return AT_QUOTA, quota
     if job.state == "paused":
         return PAUSED, f"the scheduler gave it nothing in slot {last.view.slot}"
     if not (fits(free, [job.ps_demand]) and fits(free, [job.worker_demand])):
@@ -174,6 +186,25 @@ def reason(job: WaitingJob, last: LastDecision | None) -> tuple[str, str]:
     if not fits(free, minimum):
         return MIN_DOES_NOT_FIT, f"needs {need}; most left on a node {largest}"
     return GIVEN_ZERO, f"its minimum ({need}) fit; the scheduler gave it nothing in slot {last.view.slot}"
+
+
+def _at_quota(job: WaitingJob, last: LastDecision) -> str | None:
+    """The detail of ``queue at quota`` when the job's minimum (``ps_min`` PS and ``workers_min`` workers)
+    would take its queue past its nominal quota after the last decision (it could run only on borrowed
+    resources, which the queue layer did not grant); else None."""
+    tenancy = last.tenancy
+    if tenancy is None:
+        return None
+    name = queue_name(tenancy, job.queue)
+    nominal = tenancy.queue(name).nominal.as_array()
+    used = queue_use(tenancy, last.view, last.allocation)[name]
+    minimum = job.ps_min * job.ps_demand + job.workers_min * job.worker_demand
+    if not at_quota(nominal, used, minimum):
+        return None
+    borrowed = np.maximum(used - nominal, 0.0)
+    return (f"queue {name} uses {_fmt(used)} of its nominal quota {_fmt(nominal)}"
+            + (f", {_fmt(borrowed)} of it borrowed" if np.any(borrowed > EPS) else "")
+            + f"; the job's minimum {_fmt(minimum)} would pass it")
 
 
 def queue(statuses: Sequence[dict[str, Any]], last: LastDecision | None) -> dict[str, dict[str, Any]]:

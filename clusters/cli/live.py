@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from contextlib import suppress
@@ -20,11 +21,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clusters.agent.queues import check_job_queue
 from clusters.ray.auth import create_token, env_token_path, export_line, use_token
 from clusters.ray.head import start_head, stop_head
 from clusters.runtime import connected, ray_env
 from dl2ray.errors import UserError
-from dl2ray.jobspec import load_jobspec
+from dl2ray.jobspec import load_jobspec, parse_jobspec
 
 if TYPE_CHECKING:
     from clusters.ray.config import LiveConfig
@@ -43,23 +45,27 @@ SubmitAddressOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON on stdout")]
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Show and control the jobs the live agent runs.")
+queues_app = typer.Typer(no_args_is_help=True, help="The queues of a shared live cluster (docs/tenancy.md).")
 cluster_app = typer.Typer(no_args_is_help=True, help="Start, inspect and stop a live cluster and its agent.")
 
 
 def register_live(plugins) -> None:
-    """Add ``submit``, ``jobs``, ``cluster`` (top level), ``bench live`` and the ``demo --live`` hook."""
+    """Add ``submit``, ``jobs``, ``queues``, ``cluster`` (top level), ``bench live`` and the ``demo --live``
+    hook."""
     root = getattr(plugins, "root", None)
     if root is not None:
         root.command("submit")(submit)
         root.add_typer(jobs_app, name="jobs")
+        root.add_typer(queues_app, name="queues")
         root.add_typer(cluster_app, name="cluster")
     from clusters.cli.demo import bench_live, bench_live_demo, demo_live
 
     plugins.groups["bench"].command("live")(bench_live)
     plugins.groups["bench"].command("live-demo")(bench_live_demo)
-    from clusters.cli.live_bench import bench_live_scale
+    from clusters.cli.live_bench import bench_live_reclaim, bench_live_scale
 
     plugins.groups["bench"].command("live-scale")(bench_live_scale)
+    plugins.groups["bench"].command("live-reclaim")(bench_live_reclaim)
     if hasattr(plugins, "live_demo"):
         plugins.live_demo = demo_live
 
@@ -149,16 +155,30 @@ def submit(
     k8s: Annotated[
         bool, typer.Option("--k8s", help="create a DL2Job on Kubernetes (--config: configs/k8s-cluster.yaml)")
     ] = False,
+    queue: Annotated[str | None, typer.Option(
+        "--queue", help="its queue on a shared cluster (default: the spec's, else the first queue)")] = None,
+    priority: Annotated[str | None, typer.Option(
+        "--priority", help="the job's priority class (default: the spec's, else its queue's)")] = None,
 ) -> None:
     """Submit a training job to the live agent; follow it (exit 0 finished, 1 failed or cancelled).
     With ``--address http://HEAD:PORT`` (the Jobs API) it goes as a Ray job whose entrypoint is
-    ``dl2ray submit`` on the cluster, the same as ``ray job submit``."""
+    ``dl2ray submit`` on the cluster, the same as ``ray job submit``. ``--queue``/``--priority`` set the
+    spec's ``queue``/``priority`` (a queue the cluster does not have is refused, naming the known ones)."""
+    if queue is not None or priority is not None:
+        with_queue = _with_queue(job, queue, priority)
+        try:
+            submit(with_queue, follow, address, config, poll, k8s)
+        finally:
+            shutil.rmtree(with_queue.parent, ignore_errors=True)
+        return
     if k8s:
         from clusters.cli.k8s import K8S_CONFIG, submit_k8s
 
         phase = submit_k8s(job, K8S_CONFIG if config == LIVE_CONFIG else config, follow, poll)
         raise typer.Exit(0 if not follow or phase == "Succeeded" else 1)
     spec = load_jobspec(job)  # a bad spec exits 2 here, naming the field, before touching Ray
+    if config.is_file():  # an unknown queue or priority class too, when the config is at hand
+        check_job_queue(_live_config(config).experiment().tenancy, spec)
     env_url = os.environ.get("RAY_ADDRESS", "")
     target = _address(address or (env_url if env_url.startswith(("http://", "https://")) else None), config)
     from clusters.cli.jobs_api import is_jobs_api, submit_job
@@ -179,6 +199,21 @@ def submit(
             return
         state = _follow(ray, agent, spec.name, poll)
     raise typer.Exit(0 if state == "finished" else 1)
+
+
+def _with_queue(job: Path, queue: str | None, priority: str | None) -> Path:
+    """A copy of the spec file ``job`` (same name, in a new temporary folder) with its ``queue`` and
+    ``priority`` set where given; the spec is checked (a bad one exits 2 naming the field)."""
+    import tempfile
+
+    import yaml
+
+    spec = load_jobspec(job)
+    changes = {k: v for k, v in (("queue", queue), ("priority", priority)) if v is not None}
+    raw = parse_jobspec({**spec.model_dump(mode="json"), **changes}, f"{job} (--queue/--priority)")
+    out = Path(tempfile.mkdtemp(prefix="dl2ray-queue-")) / job.name
+    out.write_text(yaml.safe_dump(raw.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    return out
 
 
 def _job_status(ray, agent, name: str, patience_s: float = 120.0) -> dict[str, Any] | None:
@@ -232,6 +267,7 @@ def _job_row(st: dict[str, Any]) -> dict[str, Any]:
     q = st.get("queue")
     return {
         "name": st["name"],
+        "job_queue": (st.get("spec") or {}).get("queue"),
         "state": st["state"],
         "answering": st.get("answering", True),  # False: its host was slow, this is its last answer
         "type": st["job_type"],
@@ -251,8 +287,9 @@ def _job_row(st: dict[str, Any]) -> dict[str, Any]:
 def _shown(row: dict[str, Any]) -> dict[str, Any]:
     """A job row for the table: the queue as ``position/waiting`` and the reason, the detail left out."""
     hidden = ("queue_position", "waiting", "wait_reason", "wait_detail")
-    out = {k: v for k, v in row.items() if k not in hidden}
-    out["queue"] = f"{row['queue_position']}/{row['waiting']}" if row["queue_position"] else ""
+    out = {k: v for k, v in row.items() if k not in hidden and k != "job_queue"}
+    out = {"name": out.pop("name"), "queue": row.get("job_queue") or "", **out}
+    out["waiting #"] = f"{row['queue_position']}/{row['waiting']}" if row["queue_position"] else ""
     out["waits because"] = row["wait_reason"] or ""
     return out
 
@@ -266,6 +303,29 @@ def jobs_list(address: AddressOpt = None, config: ConfigOpt = LIVE_CONFIG, json_
         print(json.dumps({"jobs": rows}))
         return
     _table([_shown(r) for r in rows], "jobs")
+
+
+@queues_app.command("list")
+def queues_list(address: AddressOpt = None, config: ConfigOpt = LIVE_CONFIG,
+                json_out: JsonOpt = False) -> None:
+    """Each queue: its nominal quota, what its jobs hold after the last decision, what it borrows beyond
+    its quota, its running and waiting jobs (clusters/agent/queues.py)."""
+    with connected(_address(address, config)) as ray:
+        rows = [r.model_dump(mode="json") for r in ray.get(_agent().queues.remote())]
+    if json_out:
+        print(json.dumps({"queues": rows}))
+        return
+    if not rows:
+        print("this cluster has no queues (its experiment config has no tenancy:)")
+        return
+
+    def res(d: dict[str, float] | None) -> str:
+        return "–" if d is None else ", ".join(f"{k} {v:g}" for k, v in d.items())
+
+    _table([{"queue": r["name"], "cohort": r["cohort"], "weight": r["weight"], "nominal": res(r["nominal"]),
+             "used": res(r["used"]), "borrowed": res(r["borrowed"]),
+             "borrowing limit": res(r["borrowing_limit"]),
+             "running": r["running"], "waiting": r["waiting"]} for r in rows], "queues")
 
 
 @jobs_app.command("status")

@@ -1,7 +1,8 @@
 """The live cluster's benchmarks: the control-loop overhead of the agent (``bench live``: view + decide +
 apply per slot, for N running jobs), the scaling latency with and without warm members (``bench
-live-scale``), and the arithmetic of ``bench live-demo`` (the seeded submission times every scheduler
-gets, the JCT summary over repeated runs).
+live-scale``), a queue's reclaim on a shared cluster (``bench live-reclaim``: seconds from a job's arrival in
+its queue to the borrower scaled back to its quota and the new job training), and the arithmetic of
+``bench live-demo`` (the seeded submission times every scheduler gets, the JCT summary over repeated runs).
 
 A local Ray instance (logical CPUs enough for every member), the agent actor
 with the chosen scheduler, N tiny jobs capped at 1 PS + 1 worker (so that the
@@ -223,6 +224,133 @@ def bench_live_scale(
     else:
         for r in doc["results"]:
             print(r)
+
+
+# ---- reclaim on a shared cluster: a queue's job arrives, the borrower gives its quota back -------------
+
+SHARED_CONFIG = ROOT / "configs" / "live-shared.yaml"
+
+
+def reclaim_specs(trial: int, lender: str, borrower: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The borrower (queue ``borrower``) and the arriving job (queue ``lender``, whose quota the borrower
+    holds), tiny and long, alike: up to 2 PS + 3 workers of 0.3 cores (1.5 cores, more than a queue's
+    1-core quota, so the arrival asks for its queue's whole quota and the borrower gives back all it
+    borrowed)."""
+    task = {"cpu": 0.3, "gpu": 0, "mem": 0.1}
+    base = {**bench_spec(trial), "epochs": 100_000, "worker": task, "ps": task, "sample_delay_s": 0.005,
+            "workers": {"min": 1, "max": 3}, "ps_count": {"min": 1, "max": 2}}
+    return ({**base, "name": f"borrower-{trial}", "queue": borrower},
+            {**base, "name": f"arrival-{trial}", "queue": lender, "seed": trial + 1000})
+
+
+def _cores(job: dict[str, Any]) -> float:
+    spec = job["spec"]
+    return job["ps"] * spec["ps"]["cpu"] + job["workers"] * spec["worker"]["cpu"]
+
+
+def reclaim_trial(ray: Any, agent: Any, trial: int, quota_cpu: float, lender: str = "prod",
+                  borrower: str = "research", timeout_s: float = 600.0) -> dict[str, Any]:
+    """One reclaim on the running ``agent`` (a connected driver): the borrower runs alone until it holds
+    more than its queue's ``quota_cpu`` cores, then the other queue's job is submitted (time 0). Polled
+    every 0.05 s: ``quota_back_s``, when the borrower's running deployment is back within its quota (hot
+    scaling: no scale operation in flight); ``arrival_training_s``, when the new job runs with a worker;
+    whether the borrower kept running through it (``borrower_paused``: it was paused instead) and trained
+    on (``borrower_epochs_after``: its epochs grew after the reclaim). Both jobs are cancelled at the end."""
+    first, second = reclaim_specs(trial, lender, borrower)
+    jobs = lambda: {j["name"]: j for j in ray.get(agent.jobs.remote())}  # noqa: E731
+    assert ray.get(agent.submit.remote(first))["ok"]
+    b_name, a_name = first["name"], second["name"]
+    _wait(lambda: (b := jobs()[b_name])["state"] == "running" and not b["busy"]
+          and _cores(b) > quota_cpu + 1e-9, timeout_s, poll_s=0.2)
+    borrowed = jobs()[b_name]
+    t0 = time.time()
+    res = ray.get(agent.submit.remote(second))
+    assert res["ok"], res
+    back_s = start_s = None
+    paused = False
+    while back_s is None or start_s is None:
+        now = jobs()
+        b, a = now[b_name], now.get(a_name)
+        paused |= b["state"] != "running" or b["workers"] == 0
+        if back_s is None and not b["busy"] and _cores(b) <= quota_cpu + 1e-9:
+            back_s, after = time.time() - t0, b
+        training = a is not None and a["state"] == "running" and a["workers"] > 0 and not a["busy"]
+        if start_s is None and training:
+            start_s = time.time() - t0
+        if time.time() - t0 > timeout_s:
+            raise TimeoutError(f"reclaim trial {trial}: quota back {back_s}, arrival training {start_s}")
+        time.sleep(0.05)
+    epochs = after["epochs_done"]
+    grew = _wait(lambda: jobs()[b_name]["epochs_done"] > epochs, timeout_s, poll_s=0.2)
+    for name in (b_name, a_name):
+        ray.get(agent.cancel.remote(name))
+    _wait(lambda: all(j["state"] in ("cancelled", "finished", "failed") for j in jobs().values()), timeout_s)
+    return {"trial": trial, "quota_back_s": round(back_s, 3), "arrival_training_s": round(start_s, 3),
+            "borrowed": [borrowed["ps"], borrowed["workers"]], "after": [after["ps"], after["workers"]],
+            "borrower_paused": paused, "borrower_epochs_after": bool(grew)}
+
+
+def idle_start(ray: Any, agent: Any, trial: int, lender: str = "prod", timeout_s: float = 600.0) -> float:
+    """The control of :func:`reclaim_trial`'s ``arrival_training_s``: seconds from submitting its arriving
+    job to an idle cluster to that job training (no borrower to scale down); the job is cancelled after."""
+    spec = {**reclaim_specs(trial, lender, lender)[1], "name": f"alone-{trial}"}
+    t0 = time.time()
+    assert ray.get(agent.submit.remote(spec))["ok"]
+    _wait(lambda: (j := ray.get(agent.job.remote(spec["name"]))) is not None and j["state"] == "running"
+          and j["workers"] > 0 and not j["busy"], timeout_s)
+    took = time.time() - t0
+    ray.get(agent.cancel.remote(spec["name"]))
+    _wait(lambda: ray.get(agent.job.remote(spec["name"]))["state"] == "cancelled", timeout_s)
+    return took
+
+
+def reclaim_latency(trials: int, slot_seconds: float, scheduler: str) -> dict[str, Any]:
+    """``trials`` reclaims on a local Ray (2 CPUs) running configs/live-shared.yaml's agent, each after one
+    start of the arriving job on the idle cluster (:func:`idle_start`, the control)."""
+    ray_env()
+    import ray
+
+    from clusters.ray.agent import launch_agent, teardown
+    from clusters.ray.config import load_live_config
+
+    cfg = load_live_config(SHARED_CONFIG)
+    cfg = cfg.with_agent(slot_seconds=slot_seconds, log_dir=f"/tmp/dl2ray-bench-reclaim-{os.getpid()}")
+    tenancy = cfg.experiment().tenancy
+    assert tenancy is not None
+    quota = tenancy.queue("research").nominal.cpu
+    ray.init(address="local", num_cpus=cfg.live.ray.num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        agent = launch_agent(cfg, cfg.scheduler_spec(scheduler), cfg.live.shadow)
+        rows = []
+        for k in range(trials):
+            alone = idle_start(ray, agent, k)
+            rows.append({**reclaim_trial(ray, agent, k, quota), "idle_start_s": round(alone, 3)})
+        teardown(cfg.live.agent_name, cfg.live.learn.global_policy)
+    finally:
+        ray.shutdown()
+    return {"config": str(SHARED_CONFIG.relative_to(ROOT)), "scheduler": scheduler,
+            "slot_seconds": slot_seconds, "trials": rows,
+            "quota_back_s": _latency_stats([r["quota_back_s"] for r in rows]),
+            "arrival_training_s": _latency_stats([r["arrival_training_s"] for r in rows]),
+            "idle_start_s": _latency_stats([r["idle_start_s"] for r in rows]),
+            "borrower_paused": sum(r["borrower_paused"] for r in rows),
+            "load_avg": round(os.getloadavg()[0], 2)}
+
+
+def bench_live_reclaim(
+    trials: Annotated[int, typer.Option(min=1, max=50, help="reclaims, one after another")] = 5,
+    slot_seconds: Annotated[float, typer.Option(min=0.5, max=60, help="the agent's slot length")] = 2.0,
+    scheduler: Annotated[str, typer.Option(help="the scheduler inside the queue layer")] = "drf",
+) -> None:
+    """A queue's quota back on a shared live cluster: seconds from its job's arrival to the borrower scaled
+    down within its own quota (hot, still training) and to the new job training (JSON on stdout; what Ray
+    prints goes to stderr)."""
+    import contextlib
+    import sys
+
+    with contextlib.redirect_stdout(sys.stderr):
+        doc = reclaim_latency(trials, slot_seconds, scheduler)
+    print(json.dumps(doc))
 
 
 def arrival_schedule(n: int, mean_gap_s: float, seed: int) -> list[float]:

@@ -2,7 +2,7 @@
 Ray actor, over a :class:`~clusters.ray.backend.RayBackend`.
 
 The loop runs in a thread of the actor; control calls (``submit``, ``cancel``,
-``jobs``, ``status``) are answered concurrently with it, and so is the agent's HTTP server
+``jobs``, ``queues``, ``status``) are answered concurrently with it, and so is the agent's HTTP server
 (:mod:`clusters.agent.http`: the dashboard, ``/api/state``, ``/metrics``; its address is
 ``dashboard_url`` of ``status()``). Slot ``k`` starts at
 ``epoch + k · slot_seconds`` (``epoch`` is part of the actor's constructor
@@ -36,6 +36,7 @@ import ray
 from clusters.agent.dashboard import DashboardState, dashboard_state
 from clusters.agent.http import AgentHttp, make_app
 from clusters.agent.loop import Agent
+from clusters.agent.queues import QueueRow, check_job_queue
 from clusters.agent.waiting import queue
 from clusters.ray.backend import RayBackend, RayJob, list_hosts
 from clusters.ray.config import LiveConfig
@@ -82,6 +83,7 @@ class LiveAgentImpl:
         self.cfg = LiveConfig.model_validate_json(config_json)
         live = self.cfg.live
         exp = self.cfg.experiment()
+        self.tenancy = exp.tenancy  # the queues a job may name (None: one pool)
         self.epoch, self.shadow, self.source = epoch, shadow, policy
         self._learner: tuple[float, dict[str, Any]] | None = None  # (monotonic time, learner status)
         self.restarted = incarnation()
@@ -91,6 +93,8 @@ class LiveAgentImpl:
         self.learner = policy.build(exp, self.restarted) if policy is not None else None
         self.agent = Agent(self.cfg, self.backend, scheduler, self.learner, shadow, exp)
         self.agent.metrics.watch_jobs(lambda: self.backend.statuses().values())  # the jobs' numbers too
+        if self.tenancy is not None:
+            self.agent.metrics.watch_queues(self.queues)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.agent.run, args=(self._stop,), name="control-loop",
                                         daemon=True)
@@ -107,9 +111,12 @@ class LiveAgentImpl:
     # ---- control calls ----------------------------------------------------------
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Register a job; ``{"ok": False, "error": ...}`` naming the field for a bad one."""
+        """Register a job; ``{"ok": False, "error": ...}`` naming the field for a bad one (an unknown queue
+        or priority class too: :func:`clusters.agent.queues.check_job_queue`)."""
         try:
-            st = self.backend.submit(parse_jobspec(spec))
+            job = parse_jobspec(spec)
+            check_job_queue(self.tenancy, job)
+            st = self.backend.submit(job)
         except UserError as exc:
             return {"ok": False, "error": str(exc)}
         return {"ok": True, "job": st}
@@ -130,6 +137,11 @@ class LiveAgentImpl:
         st = ray.get(host.status.remote()).to_dict()
         others = [_brief(j) for n, j in dict(self.backend.jobs).items() if n != name]
         return {**st, "queue": queue([*others, st], self.agent.last_decision).get(name)}
+
+    def queues(self) -> list[QueueRow]:
+        """Each queue's quota, use, borrowing and jobs after the last decision (``dl2ray queues list``);
+        [] on a cluster without queues."""
+        return self.agent.queues(self.backend.statuses().values())
 
     def cancel(self, name: str) -> dict[str, Any]:
         try:

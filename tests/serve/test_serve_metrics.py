@@ -11,7 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from serve_support import ROOT
 
 from clusters.agent.metrics import METRIC_NAMES as AGENT_METRICS
+from clusters.agent.metrics import QUEUE_METRIC_NAMES as QUEUE_METRICS
 from clusters.agent.metrics import AgentMetrics
+from clusters.agent.queues import QueueRow
 from serve.convert import from_view
 from serve.metrics import METRIC_NAMES
 
@@ -66,6 +68,10 @@ def test_requests_decisions_and_the_served_policy_are_counted(endpoint, views):
 
 def test_every_grafana_panel_queries_metrics_of_a_scrape(endpoint):
     agent = AgentMetrics(lambda: [])
+    agent.watch_queues(lambda: [QueueRow(
+        name="prod", cohort="default", weight=1.0, nominal={"cpu": 4, "gpu": 1, "mem": 8},
+        borrowing_limit=None, lending_limit=None, used={"cpu": 5, "gpu": 1, "mem": 2},
+        borrowed={"cpu": 1, "gpu": 0, "mem": 0}, jobs=2, running=1, waiting=1, slot=3)])
     agent.slot({"total_ms": 5.0}, {"applied": "fallback", "reason": "timeout: late"}, [True], 3)
     scraped = _names(_families(agent.scrape().decode()))
     scraped |= _names(_families(requests.get(f"{endpoint.url}/metrics", timeout=30).text))
@@ -81,5 +87,5 @@ def test_every_grafana_panel_queries_metrics_of_a_scrape(endpoint):
             assert names <= scraped, (p["title"], names - scraped)
             queried |= names
     # every metric the agent and the app export has a panel
-    exported = {n.removesuffix("_total") for n in (*METRIC_NAMES, *AGENT_METRICS)}
+    exported = {n.removesuffix("_total") for n in (*METRIC_NAMES, *AGENT_METRICS, *QUEUE_METRICS)}
     assert exported <= {re.sub(r"_(total|bucket|sum|count)$", "", q) for q in queried}
