@@ -25,6 +25,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from clusters.k8s import objects as ko
+from clusters.k8s import queues as kq
 from clusters.k8s.config import ApiSettings, K8sSettings
 from dl2ray.errors import UserError
 
@@ -211,10 +212,18 @@ class KubeApi:
         except NotFound:
             return None
 
+    def queues(self) -> list[dict]:
+        """Every DL2Queue (cluster-scoped); [] where the DL2Queue CRD is not installed (404)."""
+        try:
+            return self._call("list", "dl2queues", self.custom.list_cluster_custom_object, ko.GROUP,
+                              ko.VERSION, kq.PLURAL)["items"]
+        except NotFound:
+            return []
+
     # ---- writes ----
 
     def create(self, obj: dict) -> bool:
-        """Create ``obj`` (a Pod, Service, Event or DL2Job); False if it existed already (409)."""
+        """Create ``obj`` (a Pod, Service, Event, DL2Job or DL2Queue); False if it existed already (409)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         fn: Callable[..., Any]
         args: tuple
@@ -224,6 +233,8 @@ class KubeApi:
             fn, args = self.core.create_namespaced_service, (self.namespace, obj)
         elif kind == "Event":
             fn, args = self.core.create_namespaced_event, (self.namespace, obj)
+        elif kind == "DL2Queue":
+            fn, args = self.custom.create_cluster_custom_object, (ko.GROUP, ko.VERSION, kq.PLURAL, obj)
         else:
             fn, args = (
                 self.custom.create_namespaced_custom_object,
@@ -287,3 +298,11 @@ class KubeApi:
                 name,
                 {"status": status},
             )
+
+    def patch_queue(self, name: str, body: dict, subresource: str | None = None) -> None:
+        """Merge ``body`` into DL2Queue ``name`` (``subresource="status"``: its status)."""
+        fn = (self.custom.patch_cluster_custom_object_status if subresource == "status"
+              else self.custom.patch_cluster_custom_object)
+        with contextlib.suppress(NotFound):  # deleted meanwhile: created again at the next slot
+            self._call("patch", f"dl2queue {name}{'/' + subresource if subresource else ''}", fn, ko.GROUP,
+                       ko.VERSION, kq.PLURAL, name, body)

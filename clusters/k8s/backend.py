@@ -25,11 +25,14 @@ is the coordinator's.
   gone, and drops member pods that failed or were evicted (the coordinator
   drops the dead member from its plan; the view then shows one member fewer
   and the scheduler may ask for a replacement).
-* :meth:`KubernetesBackend.apply`: :class:`~clusters.k8s.reconciler.Reconciler`.
+* :meth:`KubernetesBackend.apply`: :class:`~clusters.k8s.reconciler.Reconciler`; on a shared cluster
+  (``tenancy``: the experiment's queues) it then writes each queue's use after the decision to its
+  DL2Queue (:mod:`clusters.k8s.queues`), and :meth:`snapshot` refuses a DL2Job naming an unknown queue.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -38,19 +41,23 @@ from typing import Any
 
 import numpy as np
 
+from clusters.agent.queues import QueueRow, queue_rows
 from clusters.agent.reports import ApplyReport, Nodes
 from clusters.agent.views import job_id_of, live_job_view
 from clusters.k8s import objects as ko
-from clusters.k8s.api import ApiGiveUp, KubeApi
+from clusters.k8s.api import ApiGiveUp, KubeApi, NotFound
 from clusters.k8s.config import K8sConfig, K8sSettings
+from clusters.k8s.queues import check_names, publish
 from clusters.k8s.reconciler import Reconciler
 from clusters.k8s.status import StatusWriter
 from clusters.k8s.world import Coordinators, JobState, World, pod_node, read_world
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, check_spec
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import Allocation, ClusterView, JobView, Observation
 from dl2ray.workload import JobCatalogue
 
+log = logging.getLogger(__name__)
 
 class KubernetesBackend:
     """The live backend on Kubernetes (module docstring). ``clock``: Unix time (s); ``coordinators``: how
@@ -64,8 +71,13 @@ class KubernetesBackend:
         placement: str = "load_balancing",
         clock: Callable[[], float] = time.time,
         coordinators: Coordinators | None = None,
+        tenancy: TenancyConfig | None = None,
     ) -> None:
         self.api, self.cfg, self.catalogue, self.placement = api, settings, catalogue, placement
+        if tenancy is not None:
+            check_names(tenancy)
+        self.tenancy = tenancy
+        self._view: ClusterView | None = None  # the latest snapshot's, for the queues' use after apply
         self.clock = clock
         self.coordinators = coordinators or Coordinators()
         self._pool = ThreadPoolExecutor(max_workers=settings.parallel_jobs, thread_name_prefix="k8s-job")
@@ -101,7 +113,7 @@ class KubernetesBackend:
     def read(self) -> None:
         """Nodes, pods, Services, DL2Jobs and each running job's coordinator (no writes)."""
         self.world = read_world(self.api, self.catalogue, self.cfg.pods.coordinator_port, self.coordinators,
-                                self._pool)
+                                self._pool, self.tenancy)
 
     def adopt(self) -> int:
         self.read()
@@ -125,8 +137,9 @@ class KubernetesBackend:
         for js in sorted(self.jobs.values(), key=lambda j: (j.status.get("submittedAt", 0.0), j.name)):
             if js.phase in ("Pending", "Running") and js.spec is not None and not js.suspend:
                 views.append(self._job_view(js, index))
-        return ClusterView(slot, self.cfg.slot_seconds, self.nodes.capacity, free, tuple(views),
-                           self.catalogue, self.placement)
+        self._view = ClusterView(slot, self.cfg.slot_seconds, self.nodes.capacity, free, tuple(views),
+                                 self.catalogue, self.placement)
+        return self._view
 
     def view_parts(self) -> dict[str, float]:
         """None measured: the snapshot is one read of the world (:meth:`read`)."""
@@ -147,8 +160,23 @@ class KubernetesBackend:
                              nodes["ps"], nodes["worker"], hist)
 
     def apply(self, allocation: Allocation) -> ApplyReport:
-        """Converge every job on ``allocation`` (:mod:`clusters.k8s.reconciler`); scale-downs first."""
-        return self.reconciler.apply(self.world, allocation, self.slot_now())
+        """Converge every job on ``allocation`` (:mod:`clusters.k8s.reconciler`); scale-downs first. Then, on
+        a shared cluster, the DL2Queues' status (a failure there is logged, never the slot's)."""
+        report = self.reconciler.apply(self.world, allocation, self.slot_now())
+        if self.tenancy is not None:
+            try:
+                publish(self.api, self.tenancy, self.queue_rows(allocation))
+            except (ApiGiveUp, NotFound) as exc:
+                log.warning("DL2Queue status not written (is the DL2Queue CRD installed?): %s", exc)
+        return report
+
+    def queue_rows(self, allocation: Allocation | None = None) -> list[QueueRow]:
+        """Each queue after ``allocation`` on the latest snapshot (None: nothing used); [] without queues."""
+        if self.tenancy is None:
+            return []
+        jobs = [(js.spec.queue, js.plan()[1] == 0) for js in self.jobs.values()
+                if js.spec is not None and js.phase in ("Pending", "Running")]
+        return queue_rows(self.tenancy, self._view if allocation is not None else None, allocation, jobs)
 
     # ---- submit / cancel / status ---------------------------------------------------------------------
 
@@ -186,7 +214,7 @@ def connect(cfg: K8sConfig) -> KubernetesBackend:
         raise UserError(f"kubernetes.kubeconfig: {path}: no such file")
     api = KubeApi.connect(k, None if path is None else str(path))
     exp = cfg.experiment()
-    backend = KubernetesBackend(api, k, exp.catalogue, exp.cluster.default_placement)
+    backend = KubernetesBackend(api, k, exp.catalogue, exp.cluster.default_placement, tenancy=exp.tenancy)
     try:
         backend.read()
     except (ApiGiveUp, OSError) as exc:

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from clusters.k8s import objects as ko
+from clusters.k8s import queues as kq
 from clusters.k8s.config import K8sSettings
 from dl2ray.errors import UserError
 from dl2ray.jobspec import load_jobspec
@@ -85,7 +86,13 @@ def manifests(settings: K8sSettings, agent_image: str | None = None) -> dict[str
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": labels},
-        "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}],
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+            # a shared cluster's queues (clusters/k8s/queues.py): the agent keeps them and writes their use
+            {"apiGroups": [ko.GROUP], "resources": [kq.PLURAL],
+             "verbs": ["get", "list", "watch", "create", "patch"]},
+            {"apiGroups": [ko.GROUP], "resources": [f"{kq.PLURAL}/status"], "verbs": ["get", "patch"]},
+        ],
     }
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
     binding = {
@@ -170,7 +177,7 @@ def manifests(settings: K8sSettings, agent_image: str | None = None) -> dict[str
         load_jobspec(ROOT / "examples/jobs/mlp-small.yaml"), ns
     )
     return {
-        "crd.yaml": [ko.crd()],
+        "crd.yaml": [ko.crd(), kq.queue_crd()],
         "rbac.yaml": [sa, role, binding, cluster_role, cluster_binding],
         "agent.yaml": [config_map, deployment],
         "example-dl2job.yaml": [example],

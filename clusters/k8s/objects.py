@@ -38,6 +38,7 @@ import copy
 import zlib
 from typing import Any
 
+from clusters.k8s.schema import model_openapi
 from dl2ray.jobspec import JobSpec, TaskDemand
 
 GROUP = "dl2ray.io"
@@ -75,58 +76,17 @@ def service_env_prefix(job: str) -> str:
 
 # ---- the CRD -------------------------------------------------------------------------------------
 
-_DROP = {"title", "additionalProperties", "$defs"}
-
-
-def _nullable(node: dict[str, Any]) -> dict[str, Any]:
-    """``node`` marked nullable; a ``default: null`` dropped (absent is null already, and a null default
-    makes `kubectl apply` see a change in the CRD on every run)."""
-    out = {k: v for k, v in node.items() if not (k == "default" and v is None)}
-    out["nullable"] = True
-    return out
-
-
-def _openapi(node: Any, defs: dict[str, Any]) -> Any:
-    """JSON Schema (pydantic, draft 2020-12) → the OpenAPI v3.0 subset a structural CRD schema takes:
-    ``$ref`` inlined, ``anyOf [X, null]`` → ``X`` + ``nullable``, numeric ``exclusiveMinimum`` →
-    ``minimum`` + ``exclusiveMinimum: true``, titles and ``additionalProperties`` dropped (unknown
-    fields are pruned by the API server)."""
-    if isinstance(node, list):
-        return [_openapi(n, defs) for n in node]
-    if not isinstance(node, dict):
-        return node
-    if "$ref" in node:
-        target = _openapi(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
-        extra = {k: _openapi(v, defs) for k, v in node.items() if k != "$ref" and k not in _DROP}
-        return {**target, **extra}
-    if "anyOf" in node:
-        options = [o for o in node["anyOf"] if o.get("type") != "null"]
-        nullable = len(options) < len(node["anyOf"])
-        if len(options) == 1:
-            rest = {k: v for k, v in node.items() if k != "anyOf"}
-            merged = _openapi({**options[0], **rest}, defs)
-            return _nullable(merged) if nullable else merged
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in _DROP:
-            continue
-        if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
-            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
-            out[key] = True
-        elif key == "properties":
-            out[key] = {k: _openapi(v, defs) for k, v in value.items()}
-        else:
-            out[key] = _openapi(value, defs)
-    if "const" in out:
-        out["enum"] = [out.pop("const")]
-    return out
+PRIORITY_FIELD = "priorityClassName"
+"""The DL2Job spec's name of :attr:`JobSpec.priority` (Kubernetes' word for a pod's priority class)."""
 
 
 def openapi_schema() -> Obj:
-    """The DL2Job ``spec`` schema: :class:`JobSpec`'s, with ``name`` optional and ``suspend`` added."""
-    raw = JobSpec.model_json_schema(mode="validation")
-    spec = _openapi(raw, raw.get("$defs", {}))
+    """The DL2Job ``spec`` schema: :class:`JobSpec`'s, with ``name`` optional, ``priority`` named
+    ``priorityClassName`` and ``suspend`` added."""
+    spec = model_openapi(JobSpec)
     spec["required"] = [r for r in spec.get("required", []) if r != "name"]
+    props = spec["properties"]
+    spec["properties"] = {(PRIORITY_FIELD if k == "priority" else k): v for k, v in props.items()}
     spec["properties"]["name"]["description"] += " (default: metadata.name; must equal it if given)"
     spec["properties"]["suspend"] = {
         "type": "boolean",
@@ -205,6 +165,8 @@ def crd() -> Obj:
     columns = [
         {"name": "State", "type": "string", "jsonPath": ".status.phase",
          "description": "Pending, Running, Suspended, Succeeded, Failed or Invalid"},
+        {"name": "Queue", "type": "string", "jsonPath": ".spec.queue",
+         "description": "its queue on a shared cluster (a DL2Queue)"},
         {"name": "PS", "type": "integer", "jsonPath": ".status.ps.ready",
          "description": "parameter servers in the coordinator's plan"},
         {"name": "Workers", "type": "integer", "jsonPath": ".status.workers.ready",
@@ -264,6 +226,11 @@ def dl2job(spec: JobSpec, namespace: str = "default", suspend: bool = False) -> 
     """The DL2Job object of a job spec (what ``dl2ray submit --k8s`` creates)."""
     body = spec.model_dump(mode="json", exclude_defaults=False)
     body.pop("name")
+    for field in ("queue", "priority"):  # only where set: a job of one pool says nothing of queues
+        if body[field] is None:
+            del body[field]
+    if "priority" in body:
+        body[PRIORITY_FIELD] = body.pop("priority")
     if suspend:
         body["suspend"] = True
     return {
@@ -275,9 +242,12 @@ def dl2job(spec: JobSpec, namespace: str = "default", suspend: bool = False) -> 
 
 
 def spec_of(obj: Obj) -> tuple[dict[str, Any], bool]:
-    """A DL2Job's ``spec`` as a JobSpec document (``name`` from metadata) and its ``suspend``."""
+    """A DL2Job's ``spec`` as a JobSpec document (``name`` from metadata, ``priorityClassName`` as
+    ``priority``) and its ``suspend``."""
     raw = dict(obj.get("spec") or {})
     suspend = bool(raw.pop("suspend", False))
+    if PRIORITY_FIELD in raw:
+        raw["priority"] = raw.pop(PRIORITY_FIELD)
     raw.setdefault("name", obj["metadata"]["name"])
     return raw, suspend
 

@@ -18,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from clusters.agent.queues import check_job_queue
 from clusters.agent.reports import Nodes
 from clusters.agent.views import job_id_of
 from clusters.k8s import objects as ko
 from clusters.k8s.api import KubeApi
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec, check_spec, parse_jobspec
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.workload import JobCatalogue
 from elastic_mxnet.job import ElasticJob, ScaleRefused
 from elastic_mxnet.protocol.messages import ScaleReply, StatusReply
@@ -146,9 +148,10 @@ class World:
 
 
 def read_world(api: KubeApi, catalogue: JobCatalogue, port: int, coordinators: Coordinators,
-               pool: Executor) -> World:
+               pool: Executor, tenancy: TenancyConfig | None = None) -> World:
     """Nodes, pods, Services, DL2Jobs and each running job's coordinator (``pool``: the coordinators are
-    asked in parallel). No writes."""
+    asked in parallel); each DL2Job validated (against ``tenancy``'s queues on a shared cluster). No
+    writes."""
     raw_nodes = sorted(
         (n for n in api.nodes() if not (n.get("spec") or {}).get("unschedulable")),
         key=lambda n: n["metadata"]["name"],
@@ -163,7 +166,7 @@ def read_world(api: KubeApi, catalogue: JobCatalogue, port: int, coordinators: C
     world = World(nodes, {}, node_usage(nodes, pods), port)
     for obj in api.jobs():
         js = JobState(obj, obj["metadata"]["name"], status=dict(obj.get("status") or {}))
-        validate(js, catalogue, nodes.capacity)
+        validate(js, catalogue, nodes.capacity, tenancy)
         js.service = js.name in services
         world.jobs[js.name] = js
     for pod in ours:
@@ -188,14 +191,20 @@ def read_world(api: KubeApi, catalogue: JobCatalogue, port: int, coordinators: C
     return world
 
 
-def validate(js: JobState, catalogue: JobCatalogue, capacity: np.ndarray) -> None:
-    """Parse and check the DL2Job's spec; ``js.error`` names the field (``spec.FIELD: problem``)."""
+def validate(js: JobState, catalogue: JobCatalogue, capacity: np.ndarray,
+             tenancy: TenancyConfig | None = None) -> None:
+    """Parse and check the DL2Job's spec (its queue and priority class against ``tenancy`` too);
+    ``js.error`` names the field (``spec.FIELD: problem``)."""
     try:
         raw, js.suspend = ko.spec_of(js.obj)
         if raw["name"] != js.name:
             raise UserError(f"name: {raw['name']!r} differs from metadata.name {js.name!r}")
         spec = parse_jobspec(raw, "spec")
         check_spec(spec, catalogue.names, capacity)
+        try:
+            check_job_queue(tenancy, spec)
+        except UserError as exc:  # the DL2Job's word for a priority class
+            raise UserError(str(exc).replace("priority:", f"{ko.PRIORITY_FIELD}:", 1)) from None
         for role in ko.ROLES:
             gpu = (spec.ps if role == "ps" else spec.worker).gpu
             if gpu != int(gpu):

@@ -16,6 +16,7 @@ from clusters.k8s.backend import KubernetesBackend
 from clusters.k8s.config import K8sSettings
 from dl2ray.config import load_config
 from dl2ray.jobspec import JobSpec
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import Allocation, JobPlacement, Tasks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,8 +62,9 @@ def settings(**over) -> K8sSettings:
 class Cluster:
     """The emulator with nodes, a test kubelet, and a backend; counts what a test asserts on."""
 
-    def __init__(self, emu: Emulator, tmp: Path, nodes: list[dict], **over) -> None:
-        self.emu, self.tmp = emu, tmp
+    def __init__(self, emu: Emulator, tmp: Path, nodes: list[dict], tenancy: TenancyConfig | None = None,
+                 **over) -> None:
+        self.emu, self.tmp, self.tenancy = emu, tmp, tenancy
         conf = kubernetes.client.Configuration()
         conf.host = emu.url
         self.client = kubernetes.client.ApiClient(conf)
@@ -82,7 +84,7 @@ class Cluster:
         conf.host = self.emu.url
         conf.retries = False
         api = KubeApi(kubernetes.client.ApiClient(conf), s.api, NS)
-        return KubernetesBackend(api, s, self.catalogue)
+        return KubernetesBackend(api, s, self.catalogue, tenancy=self.tenancy)
 
     def close(self) -> None:
         self.backend.close()

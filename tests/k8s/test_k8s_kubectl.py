@@ -14,7 +14,10 @@ from kubectl import Kubectl, requires_kubectl
 from support import wait_for
 
 from clusters.k8s import objects as ko
+from clusters.k8s import queues as kq
 from clusters.k8s.conditions import TYPES
+from dl2ray.tenancy import TenancyConfig
+from dl2ray.view import Allocation, Tasks
 
 pytestmark = requires_kubectl
 
@@ -80,12 +83,14 @@ def test_kubectl_applies_configs_k8s_and_applying_again_changes_nothing(bare, tm
     assert missing.returncode != 0 and "dl2jobs" in missing.stderr
 
     out = applied(k.out("apply", "--validate=false", "-f", str(CONFIGS / "crd.yaml")))
-    assert out == {"customresourcedefinition.apiextensions.k8s.io/dl2jobs.dl2ray.io": "created"}
+    assert out == {"customresourcedefinition.apiextensions.k8s.io/dl2jobs.dl2ray.io": "created",
+                   "customresourcedefinition.apiextensions.k8s.io/dl2queues.dl2ray.io": "created"}
     established = k.out("get", "crd", "dl2jobs.dl2ray.io", "-o",
                         "jsonpath={.status.conditions[?(@.type=='Established')].status}")
     assert established == "True"
     api = k.out("api-resources", "--api-group=dl2ray.io", "--no-headers").split()
-    assert api == ["dl2jobs", "dl2j", "dl2ray.io/v1alpha1", "true", "DL2Job"]
+    assert api == ["dl2jobs", "dl2j", "dl2ray.io/v1alpha1", "true", "DL2Job",
+                   "dl2queues", "dl2q", "dl2ray.io/v1alpha1", "false", "DL2Queue"]
 
     out = applied(k.out("apply", "--validate=false", "-f", str(CONFIGS)))
     kinds = {key.split("/")[0] for key in out}
@@ -107,10 +112,10 @@ def test_kubectl_applies_configs_k8s_and_applying_again_changes_nothing(bare, tm
     assert deployment["metadata"]["uid"] and deployment["metadata"]["creationTimestamp"]
     rows = k.table("dl2jobs")
     assert [r["NAME"] for r in rows] == ["mlp-small"]
-    assert list(rows[0]) == ["NAME", "STATE", "PS", "WORKERS", "EPOCHS", "AGE"]
+    assert list(rows[0]) == ["NAME", "STATE", "QUEUE", "PS", "WORKERS", "EPOCHS", "AGE"]
     wide = k.table("dl2j", "-o", "wide")
-    assert list(wide[0]) == ["NAME", "STATE", "PS", "WORKERS", "EPOCHS", "DESIRED PS", "DESIRED WORKERS",
-                             "SUSPEND", "AGE"]
+    assert list(wide[0]) == ["NAME", "STATE", "QUEUE", "PS", "WORKERS", "EPOCHS", "DESIRED PS",
+                             "DESIRED WORKERS", "SUSPEND", "AGE"]
 
 
 def test_kubectl_shows_an_invalid_job_and_a_suspended_one_with_conditions_and_events(
@@ -156,6 +161,57 @@ def test_kubectl_shows_an_invalid_job_and_a_suspended_one_with_conditions_and_ev
     assert [j.job_id for j in view.jobs] == [ko_job_id("bad-job")]
     assert conditions(cluster, "bad-job")["Valid"]["status"] == "True"
     assert k.table("dl2j", "bad-job")[0]["STATE"] == "Pending"
+
+
+TENANCY = {"queues": [{"name": "research", "nominal": {"cpu": 2, "gpu": 0, "mem": 4}},
+                      {"name": "prod", "nominal": {"cpu": 2, "gpu": 0, "mem": 4}, "priority": "high"}],
+           "priority_classes": [{"name": "normal"}, {"name": "high", "value": 100}]}
+
+
+def test_kubectl_shows_the_queues_and_a_job_of_an_unknown_queue_is_invalid(bare, kube, tmp_path):
+    k = kube
+    tenancy = TenancyConfig.model_validate(TENANCY)
+    cluster = Cluster(bare, tmp_path, [node(n, cpu="2", memory="4Gi") for n in ("node-a", "node-b")],
+                      tenancy=tenancy)
+    try:
+        good = ko.dl2job(small_job("in-prod", queue="prod", priority="high"), NS)
+        assert good["spec"]["queue"] == "prod" and good["spec"]["priorityClassName"] == "high"
+        assert "priority" not in good["spec"]
+        nowhere = ko.dl2job(small_job("nowhere", queue="nope"), NS)
+        urgent = ko.dl2job(small_job("urgent", queue="prod"), NS)
+        urgent["spec"]["priorityClassName"] = "urgent"
+        for obj in (good, nowhere, urgent):
+            k.run("apply", "--validate=false", "-f", str(job_yaml(tmp_path, obj)))
+        view = cluster.backend.snapshot()
+        jobs = [(j.job_id, j.queue, j.priority) for j in view.jobs]
+        assert jobs == [(ko_job_id("in-prod"), "prod", "high")]
+        c = conditions(cluster, "nowhere")["Valid"]
+        assert (c["status"], c["reason"]) == ("False", "InvalidSpec")
+        assert c["message"].startswith("spec.queue: 'nope' is not a queue of this cluster (known: research, ")
+        message = conditions(cluster, "urgent")["Valid"]["message"]
+        assert message.startswith("spec.priorityClassName: 'urgent' is not a priority class"), message
+        assert reasons(cluster, "nowhere") == ["InvalidSpec"]
+        rows = {r["NAME"]: r for r in k.table("dl2jobs")}
+        assert rows["in-prod"]["QUEUE"] == "prod" and rows["nowhere"]["STATE"] == "Invalid"
+
+        # the agent's queues, after a decision that starts nothing, then after one giving in-prod 3 tasks
+        cluster.backend.apply(Allocation({}))
+        queues = {r["NAME"]: r for r in k.table("dl2queues")}
+        assert set(queues) == {"research", "prod"}
+        prod = queues["prod"]
+        assert (prod["CPU QUOTA"], prod["CPU USED"], prod["WAITING"]) == ("2", "0", "1")
+        kq.publish(cluster.backend.api, tenancy, cluster.backend.queue_rows(
+            Allocation({ko_job_id("in-prod"): Tasks(workers=2, ps=1)})))
+        prod = k.table("dl2q", "prod", "-o", "wide")[0]
+        assert (prod["CPU USED"], prod["CPU BORROWED"], prod["MEM QUOTA"]) == ("0.75", "0", "4")
+        # a spec edited by hand is set back to the config's; an unchanged status is not written again
+        k.run("patch", "dl2queue", "prod", "--type=merge", "-p", json.dumps({"spec": {"weight": 5}}))
+        assert k.table("dl2q", "prod", "-o", "wide")[0]["WEIGHT"] == "5"
+        rows_now = cluster.backend.queue_rows(Allocation({ko_job_id("in-prod"): Tasks(workers=2, ps=1)}))
+        assert kq.publish(cluster.backend.api, tenancy, rows_now) == 1  # the spec only
+        assert k.table("dl2q", "prod", "-o", "wide")[0]["WEIGHT"] == "1"
+    finally:
+        cluster.close()
 
 
 def ko_job_id(name: str) -> int:

@@ -13,9 +13,12 @@ import yaml
 from support import run_cli
 
 from clusters.k8s import objects as ko
+from clusters.k8s import queues as kq
 from clusters.k8s.config import K8sSettings, load_k8s_config
 from clusters.k8s.manifests import HEADER, dump_all, manifests, render_job
+from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec
+from dl2ray.tenancy import QueueSpec, TenancyConfig
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((REPO / "configs" / "k8s").glob("*.yaml"))
@@ -183,11 +186,42 @@ def test_crd_carries_suspend_status_and_printer_columns():
         "description": spec["properties"]["suspend"]["description"],
     }
     assert "name" not in spec["required"] and "job_type" in spec["required"]
-    assert set(spec["properties"]) == set(JobSpec.model_fields) | {"suspend"}
+    # priority is a DL2Job's priorityClassName, as a pod's priority class is
+    fields = (set(JobSpec.model_fields) - {"priority"}) | {"suspend", "priorityClassName"}
+    assert set(spec["properties"]) == fields
     assert version["subresources"] == {"status": {}}
     cols = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert cols["State"] == ".status.phase" and cols["Workers"] == ".status.workers.ready"
     assert cols["PS"] == ".status.ps.ready" and cols["Age"] == ".metadata.creationTimestamp"
+    assert cols["Queue"] == ".spec.queue"
+
+
+def test_a_dl2job_round_trips_its_queue_and_priority_class():
+    spec = JobSpec.model_validate({"name": "a", "job_type": "resnext-110", "queue": "prod",
+                                   "priority": "high"})
+    obj = ko.dl2job(spec)
+    assert (obj["spec"]["queue"], obj["spec"]["priorityClassName"]) == ("prod", "high")
+    raw, _ = ko.spec_of(obj)
+    assert JobSpec.model_validate(raw) == spec
+    plain = ko.dl2job(JobSpec.model_validate({"name": "b", "job_type": "resnext-110"}))
+    assert "queue" not in plain["spec"] and "priorityClassName" not in plain["spec"]  # one pool: nothing
+
+
+def test_the_dl2queue_crd_is_cluster_scoped_with_quota_and_use_columns():
+    crd = kq.queue_crd()
+    assert crd["spec"]["scope"] == "Cluster" and crd["spec"]["names"]["shortNames"] == ["dl2q"]
+    version = crd["spec"]["versions"][0]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == set(QueueSpec.model_fields) - {"name", "share"}
+    assert spec["required"] == ["nominal"]
+    cols = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert cols["GPU Quota"] == ".spec.nominal.gpu" and cols["GPU Used"] == ".status.used.gpu"
+    assert cols["Waiting"] == ".status.waiting"
+    q = QueueSpec.model_validate({"name": "prod", "nominal": {"cpu": 4, "gpu": 1}, "weight": 2})
+    obj = kq.dl2queue(q)
+    assert obj["metadata"]["name"] == "prod" and obj["spec"]["weight"] == 2 and "share" not in obj["spec"]
+    with pytest.raises(UserError, match=r"^tenancy.queues.0.name: 'Prod_1' cannot name a DL2Queue"):
+        kq.check_names(TenancyConfig.model_validate({"queues": [{"name": "Prod_1", "nominal": {"cpu": 1}}]}))
 
 
 def test_rbac_is_least_privilege():
@@ -201,6 +235,8 @@ def test_rbac_is_least_privilege():
     assert rules[("Role", "dl2jobs/status")] == {"get", "patch"}
     assert rules[("Role", "events")] == {"create"}
     assert rules[("ClusterRole", "nodes")] == {"get", "list", "watch"}  # read-only beyond the namespace
+    assert rules[("ClusterRole", "dl2queues")] == {"get", "list", "watch", "create", "patch"}  # never delete
+    assert rules[("ClusterRole", "dl2queues/status")] == {"get", "patch"}
     assert not any("*" in verbs for verbs in rules.values())
 
 
