@@ -122,19 +122,25 @@ def cluster_up_k8s(
     make_scheduler(cfg.scheduler_spec(scheduler), cfg.experiment())  # a bad scheduler exits 2 here
     from clusters.agent.loop import Agent
     from clusters.k8s.backend import connect
+    from clusters.k8s.dashboard import start_http
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     backend = connect(cfg)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    http = None
     try:
         agent = Agent(cfg, backend, cfg.scheduler_spec(scheduler))
+        http = start_http(agent, backend)  # the dashboard and /metrics, as the Ray agent has them
         print(
             f"agent up: namespace {cfg.kubernetes.namespace}, scheduler {agent.spec}, "
-            f"{len(backend.nodes.names)} nodes, adopted {agent.adopted} running jobs",
+            f"{len(backend.nodes.names)} nodes, adopted {agent.adopted} running jobs"
+            + (f", dashboard {http.url}" if http is not None else ""),
             flush=True,
         )
         agent.run(stop, max_slots)
     finally:
+        if http is not None:
+            http.stop()
         backend.close()

@@ -123,6 +123,7 @@ def _status_schema() -> Obj:
             "workers": _counts(),
             "coordinator": {"type": "string", "description": "tcp://IP:PORT of the coordinator pod"},
             "submittedAt": {"type": "number", "description": "Unix seconds the agent first saw the job"},
+            "finishedAt": {"type": "number", "description": "Unix seconds the agent saw it end"},
             "mark": {
                 "type": "object",
                 "description": "start of the slot in progress: slot, time, epochs",

@@ -99,6 +99,7 @@ class StatusWriter:
         else:
             js.phase = self._phase(js)
             if js.phase in TERMINAL_JOBS and st.get("phase") != js.phase:
+                st.setdefault("finishedAt", round(now, 3))
                 self._finished(js)
         st["phase"] = js.phase
         if js.spec is not None:
