@@ -37,10 +37,25 @@ from clusters.agent.queues import QueueRow, queue_rows
 from clusters.agent.settings import AgentConfig
 from clusters.agent.waiting import LastDecision, waits
 from dl2ray.config import ExperimentConfig
+from dl2ray.errors import UserError
 from dl2ray.schedulers.base import Scheduler, make_scheduler
+from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import ClusterView
 
 log = logging.getLogger(__name__)
+
+
+def _queued(policy: Scheduler, tenancy: TenancyConfig) -> Scheduler:
+    """A given policy object inside the queue layer, as :func:`make_scheduler` puts a configured one. A
+    learning policy (one with a ``version``: the live A3C learner, a federation member's) is refused: the
+    queue layer asks a scheduler several times per slot (each queue's demand, then each queue's share), and
+    a learner would take every such call for a decision of its own."""
+    if hasattr(policy, "version"):
+        raise UserError("learning on a cluster with queues (tenancy:) is not supported yet: the queue layer "
+                        "asks its scheduler several times per slot; run the learner on a cluster of one pool")
+    from dl2ray.schedulers.queued import Queued
+
+    return Queued(policy, tenancy)
 
 
 class Agent:
@@ -48,7 +63,8 @@ class Agent:
 
     ``spec``: the scheduler's make_scheduler spec (default: the config's, ``dl2:PATH`` made absolute);
     ``policy``: a scheduler object instead (a learner's or a federation member's; ``spec`` then only
-    names it); ``shadow``: decide with it, apply the guardrail's fallback. ``exp``: the experiment the
+    names it; on a cluster with queues it decides inside the queue layer, and a learning one is refused);
+    ``shadow``: decide with it, apply the guardrail's fallback. ``exp``: the experiment the
     schedulers are built for (default: the one the config names). ``metrics``: where each slot is counted
     (:mod:`clusters.agent.metrics`; default: a registry of the agent's own, without the jobs' metrics).
     ``last_view`` is the latest snapshot (None before the first), for the dashboard; ``tenancy``: the
@@ -67,6 +83,8 @@ class Agent:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.decisions = DecisionLog(log_dir / "decisions.parquet")
         self.slots_log = DecisionLog(log_dir / "slots.parquet")
+        if policy is not None and self.tenancy is not None:
+            policy = _queued(policy, self.tenancy)
         self.scheduler = GuardedScheduler(
             policy if policy is not None else make_scheduler(self.spec, exp),
             make_scheduler(settings.guardrail.fallback, exp),

@@ -137,6 +137,8 @@ def start_agent(cfg: LiveConfig, scheduler: str | None = None, shadow: bool | No
     shadow = live.shadow if shadow is None else shadow
     if not (live.learn.enabled if learn is None else learn):
         return launch_agent(cfg, spec, shadow, epoch=epoch)
+    if cfg.experiment().tenancy is not None:  # the agent refuses it too (clusters/agent/loop.py)
+        raise UserError("--learn: learning on a cluster with queues (tenancy:) is not supported yet")
     from clusters.a3c.live import LearnFromLiveSlots, ensure_global_policy
 
     ensure_global_policy(cfg, spec)

@@ -172,3 +172,25 @@ def test_submit_with_an_unknown_queue_exits_2_before_touching_ray(shared_yaml: P
         assert code == 2, err
         assert message in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_given_policy_decides_inside_the_queue_layer_and_a_learning_one_is_refused(
+        shared_yaml: Path, tmp_path: Path) -> None:
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.schedulers.queued import Queued
+
+    cfg = LiveConfig.model_validate({"live": {"experiment": str(shared_yaml),
+                                              "log_dir": str(tmp_path / "l")}})
+    drf = make_scheduler("drf", None)
+    agent = Agent(cfg, TinyCluster(), "given", policy=drf)
+    assert isinstance(agent.scheduler.policy, Queued) and agent.scheduler.policy.inner is drf
+    agent.close()
+
+    class Learning:
+        name, version = "learning", 3
+
+        def decide(self, view):
+            raise AssertionError("never asked")
+
+    with pytest.raises(UserError, match="learning on a cluster with queues"):
+        Agent(cfg, TinyCluster(), "learning", policy=Learning())
