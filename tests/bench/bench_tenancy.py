@@ -14,6 +14,10 @@ For each ``--schedulers`` entry, on the same traces (seeds ``--seed ..``) of a c
     .venv/bin/python tests/bench/bench_tenancy.py --config configs/testbed-shared.yaml --seed 2000000 \\
         --traces 5 --schedulers drf,fifo,srtf,tetris,optimus,planner,dl2:models/dl2-testbed.pt
 
+``--alone-queue Q --nodes 13,20,26``: instead, queue Q's jobs alone on clusters of those node counts (no queue
+layer), each scheduler: does it gain from more nodes? (a scheduler that loses with more nodes cannot have
+a sharing incentive when it borrows; docs/RESULTS.md, "Shared clusters").
+
 Prints one JSON object.
 """
 
@@ -116,6 +120,35 @@ def run(config: str, schedulers: list[str], seeds: list[int], files: dict[str, s
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
+def sized(cfg: ExperimentConfig, queue: str, count: int) -> ExperimentConfig:
+    """:func:`partition` of ``queue`` with ``count`` nodes instead of the ones its quota buys."""
+    part = partition(cfg, queue)
+    group = part.cluster.nodes[0]
+    cluster = type(part.cluster).model_validate({**part.cluster.model_dump(),
+                                                 "nodes": [{**group.model_dump(), "count": count}]})
+    return part.model_copy(update={"cluster": cluster})
+
+
+def run_alone(config: str, schedulers: list[str], seeds: list[int], files: dict[str, str], queue: str,
+              counts: list[int]) -> dict:
+    """``queue``'s jobs alone on clusters of ``counts`` nodes: avg JCT per scheduler, size and seed."""
+    cfg = load_config(config)
+    if cfg.tenancy is None or queue not in cfg.tenancy.names:
+        raise UserError(f"--alone-queue: {queue!r} is not a queue of {config}")
+    trace = merged_trace(files, cfg) if files else generate_trace(cfg, seeds[0])
+    mine = tuple(j for j in trace if (j.queue or cfg.tenancy.queues[0].name) == queue)
+    t0 = time.perf_counter()
+    rows = []
+    for name in schedulers:
+        for count in counts:
+            part = sized(cfg, queue, count)
+            jct = [censored_avg_jct(run_episode(build_simulator(part, mine), make_scheduler(name, part),
+                                                seed)) for seed in seeds]
+            rows.append({"scheduler": name, "nodes": count, "avg_jct": jct})
+    return {"bench": "tenancy-alone", "config": cfg.name, "queue": queue, "seeds": seeds, "results": rows,
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", "-c", default="configs/testbed-shared.yaml")
@@ -124,14 +157,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", type=int, default=5, help="traces (with --trace-queue: noise seeds)")
     p.add_argument("--trace-queue", action="append", default=[], metavar="QUEUE=FILE",
                    help="a Parquet trace whose jobs all arrive in QUEUE (repeat; not generated traces)")
+    p.add_argument("--alone-queue", metavar="QUEUE",
+                   help="run QUEUE's jobs alone on --nodes clusters instead")
+    p.add_argument("--nodes", default="", help="with --alone-queue: node counts, comma-separated")
     a = p.parse_args(argv)
     if a.traces < 1:
         p.error("--traces must be >= 1")
     files = dict(x.split("=", 1) for x in a.trace_queue if "=" in x)
     if len(files) != len(a.trace_queue):
         p.error("--trace-queue: QUEUE=FILE")
-    return print_json(p, lambda: run(a.config, [s.strip() for s in a.schedulers.split(",") if s.strip()],
-                                     list(range(a.seed, a.seed + a.traces)), files))
+    schedulers = [s.strip() for s in a.schedulers.split(",") if s.strip()]
+    seeds = list(range(a.seed, a.seed + a.traces))
+    if a.alone_queue:
+        try:
+            counts = [int(x) for x in a.nodes.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--nodes: {a.nodes!r}: node counts, comma-separated")
+        if not counts or min(counts) < 1:
+            p.error("--nodes: give one or more node counts >= 1 with --alone-queue")
+        return print_json(p, lambda: run_alone(a.config, schedulers, seeds, files, a.alone_queue, counts))
+    return print_json(p, lambda: run(a.config, schedulers, seeds, files))
 
 
 if __name__ == "__main__":
