@@ -3,7 +3,7 @@
 #   python -m clusters.k8s.coordinator --host $(POD_IP) --port 5555 ...
 #   python -m elastic_mxnet.server --host $(POD_IP)
 #   python -m elastic_mxnet.demo_train --model mlp ...
-# the same commands the tests run as local processes behind the emulated pods, tests/k8s/kubelet.py).
+# the same commands the tests run as local processes behind the emulated pods, tests/clusters/k8s/kubelet.py).
 #   docker build -t dl2ray:0.1.0 .
 FROM python:3.11-slim
 

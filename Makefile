@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# The real kubectl for tests/k8s/test_k8s_kubectl.py (skipped without it, except on CI): Debian's
+# The real kubectl for tests/clusters/k8s/test_k8s_kubectl.py (skipped without it, except on CI): Debian's
 # kubernetes-client when no kubectl is on PATH (apt-get as root, else through sudo).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 kubectl:

@@ -12,7 +12,7 @@ from dl2ray.schedulers.drf import DRF
 from dl2ray.workload import load_catalogue
 from dl2ray.world import build_simulator
 
-# configs/k8s/ holds Kubernetes manifests, not dl2ray configs: tests/k8s validates them
+# configs/k8s/ holds Kubernetes manifests, not dl2ray configs: tests/clusters/k8s validates them
 ALL_YAML = sorted(p for p in CONFIGS.rglob("*.yaml") if "k8s" not in p.relative_to(CONFIGS).parts[:-1])
 
 
@@ -32,7 +32,7 @@ def test_every_config_loads_and_runs_a_few_slots(path):
 
         cfg = load_live_config(path).experiment()
     elif "kubernetes" in (yaml.safe_load(path.read_text()) or {}):
-        # the Kubernetes agent's config (clusters/k8s/config.py); tests/k8s runs the agent on it
+        # the Kubernetes agent's config (clusters/k8s/config.py); tests/clusters/k8s runs the agent on it
         from clusters.k8s.config import load_k8s_config
 
         cfg = load_k8s_config(path).experiment()

@@ -21,7 +21,7 @@ work of the machine (thread pools, connections) is not separated out.
 The API server is kmock's emulator in a process of its own, which by default moves its objects into a
 fresh emulator every 100 requests (``--fresh-log-every``; ``0``: never): kmock walks its log of every
 request served so far on each request, so without the moves each request costs about 40 µs per earlier
-request and a 100-job run never ends (``tests/k8s/emulator.py``, docs/BENCHMARKS.md).
+request and a 100-job run never ends (``tests/clusters/k8s/emulator.py``, docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "k8s"))
+sys.path.insert(0, str(HERE.parent / "clusters" / "k8s"))
 
 import kubernetes  # noqa: E402
 from emulator import Emulator, node, with_uid  # noqa: E402
@@ -161,11 +161,11 @@ class LedgerCoordinators(Coordinators):
 
 
 class ServerProcess:
-    """The emulator in a process of its own (``tests/k8s/emulator.py``), so that the API server and the
+    """The emulator in a process of its own (``tests/clusters/k8s/emulator.py``), so that the API server and the
     backend do not share one interpreter lock."""
 
     def __init__(self, fresh_log_every: int | None) -> None:
-        cmd = [sys.executable, str(HERE.parent / "k8s" / "emulator.py")]
+        cmd = [sys.executable, str(HERE.parent / "clusters" / "k8s" / "emulator.py")]
         if fresh_log_every:
             cmd += ["--fresh-log-every", str(fresh_log_every)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)

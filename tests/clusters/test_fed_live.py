@@ -3,7 +3,7 @@ serve-only) on simulated views through a direct link; the file's live-member fie
 (exit 2, one line naming the field); and a ``ray`` member on the session's Ray (the live agent with
 small elastic MXNet jobs) that pushes gradients, shows in ``status`` and is stopped by ``down``.
 
-The ``k8s`` member against the emulator and the test kubelet is in tests/k8s/test_k8s_federation.py.
+The ``k8s`` member against the emulator and the test kubelet is in tests/clusters/k8s/test_k8s_federation.py.
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def with_uid(obj: dict) -> dict:
 
 
 def main() -> None:
-    """``python tests/k8s/emulator.py [--fresh-log-every N]``: the emulator in its own process
+    """``python tests/clusters/k8s/emulator.py [--fresh-log-every N]``: the emulator in its own process
     (benchmarks); prints its URL."""
     import argparse
     import signal

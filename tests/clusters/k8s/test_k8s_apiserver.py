@@ -1,4 +1,4 @@
-"""The test API server's additions to kmock (tests/k8s/apiserver.py) over HTTP, and the status the agent
+"""The test API server's additions to kmock (tests/clusters/k8s/apiserver.py) over HTTP, and the status the agent
 writes for a job whose coordinator failed, read through the API."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A coordinator that does not answer the snapshot's status question: the reconciler tells a job that
 has just ended (its pod exited between the pod list and the question) from a coordinator that is
 silent while its pod is Ready. In-process fakes for the API and the coordinators: this is the rule
-alone; tests/k8s/test_k8s_kubectl.py runs it against real jobs."""
+alone; tests/clusters/k8s/test_k8s_kubectl.py runs it against real jobs."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from dl2ray.jobspec import JobSpec
 from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import Allocation, JobPlacement, Tasks
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NS = "default"
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import kubernetes
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 _REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 

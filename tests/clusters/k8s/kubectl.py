@@ -1,4 +1,4 @@
-"""The real ``kubectl`` binary against the test API server (tests/k8s/apiserver.py), for the tests.
+"""The real ``kubectl`` binary against the test API server (tests/clusters/k8s/apiserver.py), for the tests.
 
 kubectl reads the kubeconfig the emulator writes, keeps its discovery cache in
 the test's own directory (``--cache-dir``; a cache shared between servers would

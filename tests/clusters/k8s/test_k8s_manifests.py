@@ -20,7 +20,7 @@ from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec
 from dl2ray.tenancy import QueueSpec, TenancyConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = sorted((REPO / "configs" / "k8s").glob("*.yaml"))
 VERSIONS = ["1.30.0", "1.35.0"]
 EXAMPLE_JOB = REPO / "examples" / "jobs" / "mlp-small.yaml"

@@ -21,7 +21,7 @@ from clusters.k8s.dashboard import job_status, start_http
 from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import Allocation, ClusterView
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TENANCY = {"queues": [{"name": "research", "nominal": {"cpu": 2, "gpu": 0, "mem": 4}},
                       {"name": "prod", "nominal": {"cpu": 2, "gpu": 0, "mem": 4}}]}
 
