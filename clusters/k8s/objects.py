@@ -38,7 +38,7 @@ import copy
 import zlib
 from typing import Any
 
-from clusters.k8s.schema import model_openapi
+from clusters.k8s.schema import custom_resource_definition, model_openapi
 from dl2ray.jobspec import JobSpec, TaskDemand
 
 GROUP = "dl2ray.io"
@@ -163,7 +163,7 @@ def _status_schema() -> Obj:
 
 def crd() -> Obj:
     """The ``CustomResourceDefinition`` of DL2Job (configs/k8s/crd.yaml is this, written out)."""
-    columns = [
+    columns: list[Obj] = [
         {"name": "State", "type": "string", "jsonPath": ".status.phase",
          "description": "Pending, Running, Suspended, Succeeded, Failed or Invalid"},
         {"name": "Queue", "type": "string", "jsonPath": ".spec.queue",
@@ -181,46 +181,10 @@ def crd() -> Obj:
         {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": dict(MANAGED_BY)},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": SHORT_NAMES,
-                "listKind": f"{KIND}List",
-                "categories": ["all"],
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "A dl2ray training job (PS, workers: pods).",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": openapi_schema(),
-                                "status": _status_schema(),
-                            },
-                            "required": ["spec"],
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return custom_resource_definition(
+        group=GROUP, version=VERSION, kind=KIND, plural=PLURAL, singular=SINGULAR, short_names=SHORT_NAMES,
+        scope="Namespaced", description="A dl2ray training job (PS, workers: pods).", spec=openapi_schema(),
+        status=_status_schema(), columns=columns, labels=MANAGED_BY, categories=["all"])
 
 
 def dl2job(spec: JobSpec, namespace: str = "default", suspend: bool = False) -> Obj:

@@ -22,7 +22,7 @@ from typing import Any
 
 from clusters.agent.queues import QueueRow
 from clusters.k8s.objects import GROUP, MANAGED_BY, VERSION
-from clusters.k8s.schema import model_openapi
+from clusters.k8s.schema import custom_resource_definition, model_openapi
 from dl2ray.errors import UserError
 from dl2ray.tenancy import QueueSpec, TenancyConfig
 
@@ -92,29 +92,10 @@ def queue_crd() -> Obj:
     columns = [{"name": n, "type": t, "jsonPath": p, **({"priority": pr} if pr else {})}
                for n, t, p, pr in col]
     columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": dict(MANAGED_BY)},
-        "spec": {
-            "group": GROUP,
-            "scope": "Cluster",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR, "shortNames": SHORT_NAMES,
-                      "listKind": f"{KIND}List"},
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "A queue of a shared dl2ray cluster: its quota and what it uses.",
-                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                   "metadata": {"type": "object"}, "spec": spec_schema(),
-                                   "status": status_schema()},
-                    "required": ["spec"],
-                }},
-            }],
-        },
-    }
+    return custom_resource_definition(
+        group=GROUP, version=VERSION, kind=KIND, plural=PLURAL, singular=SINGULAR, short_names=SHORT_NAMES,
+        scope="Cluster", description="A queue of a shared dl2ray cluster: its quota and what it uses.",
+        spec=spec_schema(), status=status_schema(), columns=columns, labels=MANAGED_BY)
 
 
 def dl2queue(q: QueueSpec) -> Obj:

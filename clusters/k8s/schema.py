@@ -62,3 +62,36 @@ def model_openapi(model: type[BaseModel]) -> Obj:
     raw = model.model_json_schema(mode="validation")
     out: Obj = _openapi(raw, raw.get("$defs", {}))
     return out
+
+
+def custom_resource_definition(*, group: str, version: str, kind: str, plural: str, singular: str,
+                               short_names: list[str], scope: str, description: str, spec: Obj, status: Obj,
+                               columns: list[Obj], labels: dict[str, str],
+                               categories: list[str] | None = None) -> Obj:
+    """A ``CustomResourceDefinition`` of one served, stored version with a status subresource, printer
+    ``columns`` and the ``spec``/``status`` schemas (DL2Job's and DL2Queue's)."""
+    names: Obj = {"kind": kind, "plural": plural, "singular": singular, "shortNames": short_names,
+                  "listKind": f"{kind}List"}
+    if categories:
+        names["categories"] = categories
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}", "labels": dict(labels)},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": names,
+            "versions": [{
+                "name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": description,
+                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                   "metadata": {"type": "object"}, "spec": spec, "status": status},
+                    "required": ["spec"],
+                }},
+            }],
+        },
+    }
