@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -330,6 +331,24 @@ def train_retest(
     shipped = retest(cfg, name, models, processes)
     emit({"checkpoint": str(shipped.checkpoint), "record": str(shipped.record), "card": str(shipped.card),
           "results": shipped.results}, json_out)
+
+
+@app.command("shipped")
+def train_shipped(
+    models: Annotated[Path, typer.Option(help="directory of the shipped models")] = Path("models"),
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """The shipped policies' test rows, read from their run records (NAME.json): the Markdown table of
+    docs/results.md ("The shipped policies"), or JSON."""
+    from dl2ray.learn.ship import shipped_markdown, shipped_rows
+
+    if not models.is_dir():
+        raise UserError(f"--models: {models}: no such directory")
+    rows = shipped_rows(models)
+    if json_out:
+        print(json.dumps({"shipped": rows}))
+    else:
+        print(shipped_markdown(rows), end="")
 
 
 def _check_name(name: str) -> None:

@@ -87,7 +87,7 @@ def markdown_cell(text: object) -> str:
 
 
 def markdown_table(rows: list[dict], baselines: list[str]) -> str:
-    """The comparison as a GitHub Markdown table (what docs/RESULTS.md shows): the placement each row
+    """The comparison as a GitHub Markdown table (what the docs' tables show): the placement each row
     decided under, avg JCT (censored) ± 95% CI,
     median, p95, queueing delay, GPU utilisation, jobs done, and the paired ratio to each baseline."""
     head = ["scheduler", "placement", "avg JCT (slots)", "median", "p95", "queue delay", "GPU util", "done",

@@ -3,7 +3,7 @@
 Why. The paper's update copies one slot's reward to the ~20 decisions of the
 slot and compares it with a critic's guess; one +PS-vs-+bundle choice moves the
 slot reward by 0.003–0.03 while the critic's error is ~0.5, so the gradient is
-mostly noise (docs/RESULTS.md: the zero-advantage control learns as much).
+mostly noise (docs/notebook/2026-11-28.md: the zero-advantage control learns as much).
 The simulator is deterministic given its state and generator
 (:meth:`~dl2ray.sim.Simulator.snapshot`), so one decision *step* can be
 re-taken with other actions and the outcomes compared on common random

@@ -393,3 +393,36 @@ def reproduce(name: str, config_path: str, run: str, rl: dict | None, sl: dict |
     cmds.append(f"dl2ray train ship --config {config_path} --run {run} --name {name} "
                 f"--test-traces {test_traces}{trace}")
     return cmds
+
+
+def shipped_rows(models: Path) -> list[dict]:
+    """One row per shipped policy of ``models`` whose record holds paired test ratios (``NAME.json`` with
+    a ``dl2 (NAME)`` row in ``test_results``), by name: config, test traces, the policy's avg JCT (slots,
+    mean ± 95 % CI) and its paired ratios to each of :data:`PAIRED` (mean, ci95). Records without paired
+    ratios (the clairvoyant and paper-architecture rounds) are left out."""
+    out = []
+    for record in sorted(models.glob("*.json")):
+        doc = json.loads(record.read_text(encoding="utf-8"))
+        mine = [r for r in doc.get("test_results") or [] if str(r.get("scheduler", "")).startswith("dl2 (")]
+        if not mine or not mine[0].get("paired"):
+            continue
+        row = mine[0]
+        traces = len(doc.get("test_seeds") or [])
+        where = f"{traces} × {doc['test_trace']}" if doc.get("test_trace") else f"{traces} generated"
+        out.append({"name": doc.get("name", record.stem), "config": doc.get("config_file"), "test": where,
+                    "placement": row.get("placement"), "avg_jct": row["avg_jct"],
+                    "avg_jct_ci95": row.get("avg_jct_ci95"),
+                    "paired": {b: row["paired"][b] for b in PAIRED if b in row["paired"]}})
+    return out
+
+
+def shipped_markdown(rows: list[dict]) -> str:
+    """:func:`shipped_rows` as the Markdown table of docs/results.md ("The shipped policies")."""
+    head = ["policy", "config", "test traces", "avg JCT (slots)", *(f"/ {b}" for b in PAIRED)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        ratios = [f"{r['paired'][b]['mean']:.3f} ± {r['paired'][b]['ci95']:.3f}" if b in r["paired"] else "–"
+                  for b in PAIRED]
+        lines.append(f"| `{r['name']}` | `{r['config']}` | {r['test']} | {r['avg_jct']:.2f} ± "
+                     f"{r['avg_jct_ci95']:.2f} | " + " | ".join(ratios) + " |")
+    return "\n".join(lines) + "\n"

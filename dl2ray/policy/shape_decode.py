@@ -13,7 +13,7 @@ default): wait is allowed only when no other row of the job fits, so the
 policy orders jobs and sizes them but never idles capacity a waiting job could
 use — without it, a policy imitating the planner on Philly segments met queues
 longer than any it was trained on, waited with every job and never recovered
-(docs/RESULTS.md). Its tasks go through the configured placer (the same
+(docs/notebook/2026-11-28.md). Its tasks go through the configured placer (the same
 tournament trees as :mod:`dl2ray.policy.decision`) worker, PS, worker, PS,
 …; a task that finds no node stops that role (the shape is *truncated*), and
 a job left without a worker or without a PS releases what it got. The
@@ -30,7 +30,7 @@ counts the layouts differ, and the simulator's placement model and
 co-location interference reward the interleaved one: the planner's own
 decisions sent through the menu and this decoder run 1.065 ± 0.013 of the
 planner per-job and 1.011 ± 0.015 interleaved (five validation traces,
-docs/RESULTS.md, "The decoder's placement").
+docs/notebook/2026-11-28.md, "The decoder's placement").
 
 The chosen menu row (not the truncated counts) is the action; masks and
 actions are recorded per job for learning.

@@ -106,7 +106,8 @@ class Planner:
     name = "planner"
     reference = False
     placement = "optimus"
-    """Its own placement, chosen on validation (docs/RESULTS.md, "Placement"; bench_placers.py)."""
+    """Its own placement, chosen on validation (docs/notebook/2026-11-28.md, "Placement";
+    bench_placers.py)."""
 
     def __init__(self, cost: Cost) -> None:
         self.cost = cost

@@ -2,8 +2,8 @@
 greedy policy runs ``--skip`` slots of a training episode, then the collector takes ``--slots`` training
 slots there, each with its rollouts (the greedy decision and every tried row, each simulated to
 ``policy.shape.horizon`` slots or the end of the run; docs/policy.md). An update is
-``policy.shape.slots_per_update`` such slots, so this sizes a run before it is started (docs/RESULTS.md,
-"Re-shipped models from the distributed learner": large-busy).
+``policy.shape.slots_per_update`` such slots, so this sizes a run before it is started
+(docs/notebook/2026-11-28.md, "Re-shipped models from the distributed learner": large-busy).
 
     .venv/bin/python tests/bench/bench_cf_slot.py --config configs/large-busy.yaml \\
         --model models/dl2-large.pt --skip 30 --slots 2

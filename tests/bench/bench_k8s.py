@@ -161,8 +161,8 @@ class LedgerCoordinators(Coordinators):
 
 
 class ServerProcess:
-    """The emulator in a process of its own (``tests/clusters/k8s/emulator.py``), so that the API server and the
-    backend do not share one interpreter lock."""
+    """The emulator in a process of its own (``tests/clusters/k8s/emulator.py``), so that the API server
+    and the backend do not share one interpreter lock."""
 
     def __init__(self, fresh_log_every: int | None) -> None:
         cmd = [sys.executable, str(HERE.parent / "clusters" / "k8s" / "emulator.py")]

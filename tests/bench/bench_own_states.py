@@ -1,5 +1,6 @@
 """Where a shape student disagrees with its teacher: in the teacher's states (what SL trained on) and in the
-states the student reaches itself (what DAgger adds; docs/RESULTS.md, "The Philly student's own states").
+states the student reaches itself (what DAgger adds; docs/notebook/2026-11-28.md, "The Philly student's
+own states").
 
 Two runs of the true simulator on the same trace and noise seed, the first ``--slots`` slots each: one driven
 by the teacher, one by the student (greedy). In every slot the teacher labels each job with the menu row

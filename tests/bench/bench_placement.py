@@ -1,5 +1,5 @@
 """How much of a shape policy's gap to the planner is its decoder: the decoder's placement, per-job against
-interleaved (``policy.shape.placement``; docs/RESULTS.md, "The decoder's placement").
+interleaved (``policy.shape.placement``; docs/notebook/2026-11-28.md, "The decoder's placement").
 
 Rows, each on the same traces and noise seeds (the true simulator), average JCT and the paired ratio to the
 planner (per trace, mean ± 95 % Student-t half-width):

@@ -16,7 +16,7 @@ For each ``--schedulers`` entry, on the same traces (seeds ``--seed ..``) of a c
 
 ``--alone-queue Q --nodes 13,20,26``: instead, queue Q's jobs alone on clusters of those node counts (no queue
 layer), each scheduler: does it gain from more nodes? (a scheduler that loses with more nodes cannot have
-a sharing incentive when it borrows; docs/RESULTS.md, "Shared clusters").
+a sharing incentive when it borrows; docs/notebook/2026-11-28.md, "Shared clusters").
 
 Prints one JSON object.
 """

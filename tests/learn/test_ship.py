@@ -154,3 +154,22 @@ def test_a_model_shipped_under_a_named_placer_is_reproduced_with_it() -> None:
     ship_cmd = reproduce("m", "configs/testbed.yaml", "runs/rl.pt", rl, None, 10, placer="optimus")[-1]
     assert ship_cmd.endswith("--test-traces 10 --placer optimus")
     assert "--placer" not in reproduce("m", "configs/testbed.yaml", "runs/rl.pt", rl, None, 10)[-1]
+
+
+def test_docs_results_shipped_table_is_the_records_own(capsys) -> None:
+    """docs/results.md's "The shipped policies" table is `dl2ray train shipped`'s output on models/: a
+    retest or a new ship that changes a record makes this fail until the page is regenerated."""
+    from pathlib import Path
+
+    from dl2ray.learn.ship import shipped_markdown, shipped_rows
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "results.md").read_text(encoding="utf-8")
+    block = page.split("<!-- shipped:begin -->\n", 1)[1].split("<!-- shipped:end -->", 1)[0]
+    rows = shipped_rows(root / "models")
+    assert block == shipped_markdown(rows), "regenerate it: dl2ray train shipped"
+    assert {r["name"] for r in rows} >= {"dl2-testbed", "dl2-testbed-busy", "dl2-large", "dl2-philly"}
+    code, out, err = run_cli(capsys, "train", "shipped", "--models", str(root / "models"))
+    assert code == 0 and out == block, err
+    code, out, err = run_cli(capsys, "train", "shipped", "--models", str(root / "nope"))
+    assert code == 2 and "--models" in err and "Traceback" not in err

@@ -2,7 +2,7 @@
 
 Why. The paper's update copies one slot's reward to the ~20 decisions of the
 slot; one decision's effect (0.003–0.03) drowns in the critic's error (~0.5)
-and the zero-advantage control learned as much (docs/RESULTS.md). With the
+and the zero-advantage control learned as much (docs/notebook/2026-11-28.md). With the
 shape policy a slot is one menu choice per job, and the simulator is
 deterministic given its state and generator
 (:meth:`~dl2ray.sim.Simulator.snapshot`), so the effect of *one job's* choice

@@ -1,9 +1,9 @@
 """Twin credit and on-policy advantages in one update of the shape policy (``--algo mix``).
 
 Issue 22's third direction. The two learners it mixes fail in opposite ways
-(docs/RESULTS.md): the counterfactual learner (:mod:`dl2ray.learn.shape.counterfactual`) measures one
-job's choice exactly, but only for the few jobs and rows it tries per slot, on the states the
-*greedy* policy visits and under a greedy continuation; the on-policy learner
+(docs/notebook/2026-11-28.md): the counterfactual learner (:mod:`dl2ray.learn.shape.counterfactual`)
+measures one job's choice exactly, but only for the few jobs and rows it tries per slot, on the states
+the *greedy* policy visits and under a greedy continuation; the on-policy learner
 (:mod:`dl2ray.learn.shape.pg`) credits *every* decision of the sampled policy, but with a return so
 noisy that its updates are matched by its shuffled control. The mix takes both kinds of experience
 each update from the same twin and steps on the sum of the two objectives:

@@ -1,5 +1,5 @@
-"""The test API server's additions to kmock (tests/clusters/k8s/apiserver.py) over HTTP, and the status the agent
-writes for a job whose coordinator failed, read through the API."""
+"""The test API server's additions to kmock (tests/clusters/k8s/apiserver.py) over HTTP, and the status the
+agent writes for a job whose coordinator failed, read through the API."""
 
 from __future__ import annotations
 
