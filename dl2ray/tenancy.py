@@ -115,6 +115,11 @@ class TenancyConfig(_Frozen):
     def names(self) -> tuple[str, ...]:
         return tuple(q.name for q in self.queues)
 
+    def queue_of(self, queue: str | None) -> str:
+        """The queue a job naming ``queue`` is in: that one, else (a trace or spec that names none) the
+        first queue."""
+        return queue if queue is not None else self.queues[0].name
+
     def queue(self, name: str) -> QueueSpec:
         """The queue ``name``; KeyError naming the known queues."""
         for q in self.queues:

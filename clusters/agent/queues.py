@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dl2ray.errors import UserError
 from dl2ray.jobspec import JobSpec
+from dl2ray.schedulers.queued import usage_of
 from dl2ray.tenancy import RESOURCE_NAMES, TenancyConfig
 from dl2ray.view import Allocation, ClusterView
 
@@ -47,23 +48,14 @@ def check_job_queue(tenancy: TenancyConfig | None, spec: JobSpec) -> None:
                         f"(known: {', '.join(p.name for p in tenancy.priority_classes)})")
 
 
-def queue_name(tenancy: TenancyConfig, queue: str | None) -> str:
-    """The queue a job is in: its own, else the first queue (as the queue layer does)."""
-    return queue if queue is not None else tenancy.queues[0].name
-
-
 def queue_use(tenancy: TenancyConfig, view: ClusterView, allocation: Allocation) -> dict[str, np.ndarray]:
-    """Per queue, shape (3,): what ``allocation`` gives the jobs of ``view`` in that queue."""
-    use = {q: np.zeros(3) for q in tenancy.names}
+    """Per queue, shape (3,): what ``allocation`` gives the jobs of ``view`` in that queue
+    (:func:`dl2ray.schedulers.queued.usage_of` over each queue's jobs; a job of no known queue counts for
+    none)."""
     jobs = {j.job_id: j for j in view.jobs}
-    for job_id, t in allocation.tasks.items():
-        j = jobs.get(job_id)
-        if j is None or t.workers <= 0 or t.ps <= 0:
-            continue
-        name = queue_name(tenancy, j.queue)
-        if name in use:
-            use[name] = use[name] + t.workers * j.worker_demand + t.ps * j.ps_demand
-    return use
+    held = {i: t for i, t in allocation.tasks.items() if i in jobs and t.workers > 0 and t.ps > 0}
+    return {q: usage_of(Allocation({i: t for i, t in held.items() if tenancy.queue_of(jobs[i].queue) == q}),
+                        jobs) for q in tenancy.names}
 
 
 def at_quota(nominal: np.ndarray, use: np.ndarray, task: np.ndarray) -> bool:
@@ -105,8 +97,8 @@ def queue_rows(tenancy: TenancyConfig, view: ClusterView | None, allocation: All
     total: Counter[str] = Counter()
     waiting: Counter[str] = Counter()
     for queue, waits in jobs:
-        total[queue_name(tenancy, queue)] += 1
-        waiting[queue_name(tenancy, queue)] += waits
+        total[tenancy.queue_of(queue)] += 1
+        waiting[tenancy.queue_of(queue)] += waits
     rows = []
     for q in tenancy.queues:
         nominal = q.nominal.as_array()

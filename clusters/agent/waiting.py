@@ -35,11 +35,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from clusters.agent.queues import at_quota, queue_name, queue_use
+from clusters.agent.queues import at_quota, queue_use
 from clusters.agent.reports import ApplyReport
 from dl2ray.tenancy import TenancyConfig
 from dl2ray.view import Allocation, ClusterView
@@ -65,6 +66,13 @@ class LastDecision:
     allocation: Allocation
     report: ApplyReport
     tenancy: TenancyConfig | None = None
+
+    @cached_property
+    def queue_use(self) -> dict[str, np.ndarray]:
+        """Per queue, what the applied allocation gives its jobs ({} on one pool; computed once)."""
+        if self.tenancy is None:
+            return {}
+        return queue_use(self.tenancy, self.view, self.allocation)
 
 
 @dataclass(frozen=True)
@@ -195,9 +203,9 @@ def _at_quota(job: WaitingJob, last: LastDecision) -> str | None:
     tenancy = last.tenancy
     if tenancy is None:
         return None
-    name = queue_name(tenancy, job.queue)
+    name = tenancy.queue_of(job.queue)
     nominal = tenancy.queue(name).nominal.as_array()
-    used = queue_use(tenancy, last.view, last.allocation)[name]
+    used = last.queue_use[name]
     minimum = job.ps_min * job.ps_demand + job.workers_min * job.worker_demand
     if not at_quota(nominal, used, minimum):
         return None

@@ -135,12 +135,11 @@ class Queued:
 
     def queue_of(self, job: JobView) -> str:
         """The job's queue (the first queue when the trace names none); UserError for an unknown one."""
-        if job.queue is None:
-            return self.tenancy.queues[0].name
-        if job.queue not in self.tenancy.names:
+        name = self.tenancy.queue_of(job.queue)
+        if name not in self.tenancy.names:
             raise UserError(f"job {job.job_id}: queue {job.queue!r} is not a queue of this cluster "
                             f"(known: {', '.join(self.tenancy.names)})")
-        return job.queue
+        return name
 
     def decide(self, view: ClusterView) -> Allocation:
         by_queue: dict[str, list[JobView]] = {q: [] for q in self.tenancy.names}
