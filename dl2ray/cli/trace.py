@@ -133,6 +133,38 @@ def generate_cmd(out: OutOpt, config: ConfigOpt = None, seed: SeedOpt = 0) -> No
     typer.echo(f"wrote {len(trace)} jobs to {out}")
 
 
+@app.command("merge")
+def merge_cmd(
+    out: OutOpt,
+    queue: Annotated[list[str], typer.Option(
+        "--queue", metavar="QUEUE=FILE",
+        help="a trace whose jobs go to queue QUEUE (repeat: one per queue of the config's tenancy)")],
+    config: ConfigOpt = None,
+) -> None:
+    """Merge traces into one shared cluster's trace, each file's jobs in its queue (docs/tenancy.md)."""
+    from dl2ray.traces.merge import merge_queues
+    from dl2ray.traces.parquet import read_trace, write_trace
+
+    cfg = load_config(config)
+    if cfg.tenancy is None:
+        raise UserError(f"--config: {cfg.name} has no tenancy: group, so it has no queues (docs/tenancy.md)")
+    files: dict[str, Path] = {}
+    for item in queue:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--queue {item!r}: expected QUEUE=FILE")
+        if name not in cfg.tenancy.names:
+            raise UserError(f"--queue {item!r}: {name!r} is not a queue of {cfg.name} "
+                            f"(known: {', '.join(cfg.tenancy.names)})")
+        if name in files:
+            raise UserError(f"--queue {item!r}: queue {name!r} given twice")
+        files[name] = Path(path)
+    trace = merge_queues({q: read_trace(f, cfg.catalogue) for q, f in files.items()})
+    source = "merge:" + ",".join(f"{q}={f}" for q, f in files.items())
+    write_trace(out, trace, source=source, slot_seconds=cfg.sim.slot_seconds)
+    typer.echo(f"wrote {len(trace)} jobs in {len(files)} queue(s) to {out}")
+
+
 @app.command("describe")
 def describe_cmd(
     trace_file: Annotated[Path, typer.Argument(help="a trace written by import/generate")],

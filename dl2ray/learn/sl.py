@@ -172,14 +172,14 @@ def compare_jct(cfg: ExperimentConfig, policy, teacher: str, trace_seeds: Sequen
     architecture) and of the teacher."""
     from dl2ray.evaluation.metrics import censored_avg_jct, summarize_run
     from dl2ray.policy.shape_net import numpy_policy
-    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.schedulers.base import make_scheduler, on_cluster
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
 
     fast = numpy_policy(policy)
     per_trace = []
     for sim, seed in simulators(cfg, trace_seeds, traces):
-        mine_run = run_episode(sim, DL2Scheduler.from_policy(fast), seed)
+        mine_run = run_episode(sim, on_cluster(DL2Scheduler.from_policy(fast), cfg), seed)
         theirs_run = run_episode(sim, make_scheduler(teacher, cfg), seed)
         mine = summarize_run(mine_run)
         per_trace.append({"seed": seed, "policy_avg_jct": censored_avg_jct(mine_run),

@@ -17,12 +17,13 @@ def validate(cfg: ExperimentConfig, policy, trace_seeds: list[int]) -> float:
     torch network of either architecture."""
     from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.policy.shape_net import numpy_policy
+    from dl2ray.schedulers.base import on_cluster
     from dl2ray.schedulers.dl2 import DL2Scheduler
     from dl2ray.sim import run_episode
     from dl2ray.world import build_simulator
 
     sim = build_simulator(cfg)
-    sched = DL2Scheduler.from_policy(numpy_policy(policy))
+    sched = on_cluster(DL2Scheduler.from_policy(numpy_policy(policy)), cfg)  # a shared cluster: its queues
     return float(np.mean([censored_avg_jct(run_episode(sim, sched, s)) for s in trace_seeds]))
 
 

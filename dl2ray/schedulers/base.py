@@ -89,13 +89,20 @@ def make_scheduler(spec: str, cfg: object, placement: str | None = None) -> Sche
 
         if isinstance(cfg, ExperimentConfig):
             cfg = operator_config(cfg)
-    placed = with_placement(loader()(arg or None, cfg), choice)
+    return on_cluster(with_placement(loader()(arg or None, cfg), choice), cfg)
+
+
+def on_cluster(scheduler: Scheduler, cfg: object) -> Scheduler:
+    """``scheduler`` as it decides on ``cfg``'s cluster: inside the queue layer
+    (:class:`dl2ray.schedulers.queued.Queued`: quotas, borrowing, reclaim; docs/tenancy.md) when the config
+    has ``tenancy:``, else as it is. A scheduler built without :func:`make_scheduler` (a policy being
+    trained) goes through this too, so it is judged on the cluster it will run on."""
     tenancy = getattr(cfg, "tenancy", None)
     if tenancy is None:
-        return placed
+        return scheduler
     from dl2ray.schedulers.queued import Queued
 
-    return Queued(placed, tenancy)  # a shared cluster: quotas, borrowing, reclaim (docs/tenancy.md)
+    return Queued(scheduler, tenancy)
 
 
 PLUGIN_GROUP = "dl2ray.schedulers"

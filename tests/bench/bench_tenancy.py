@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 from json_out import print_json
@@ -38,7 +37,7 @@ from dl2ray.evaluation.tenancy import QUEUE_METRICS, queue_metrics
 from dl2ray.schedulers.base import make_scheduler
 from dl2ray.sim import run_episode
 from dl2ray.traces.generate import generate_trace
-from dl2ray.workload import Trace, sort_trace
+from dl2ray.workload import Trace
 from dl2ray.world import build_simulator
 
 
@@ -59,13 +58,12 @@ def partition(cfg: ExperimentConfig, queue: str) -> ExperimentConfig:
 
 
 def merged_trace(files: dict[str, str], cfg: ExperimentConfig) -> Trace:
-    """The jobs of every ``queue -> Parquet trace`` file in one trace, each job in its file's queue, ids
-    renumbered in arrival order (a Philly VC's segment per queue)."""
+    """The jobs of every ``queue -> Parquet trace`` file in one trace
+    (:func:`dl2ray.traces.merge.merge_queues`: a Philly VC's segment per queue)."""
+    from dl2ray.traces.merge import merge_queues
     from dl2ray.traces.parquet import read_trace
 
-    jobs = [replace(j, queue=q) for q, f in files.items() for j in read_trace(f, cfg.catalogue)]
-    jobs.sort(key=lambda j: (j.arrival_slot, str(j.queue), j.job_id))
-    return sort_trace([replace(j, job_id=i) for i, j in enumerate(jobs)])
+    return merge_queues({q: read_trace(f, cfg.catalogue) for q, f in files.items()})
 
 
 def run(config: str, schedulers: list[str], seeds: list[int], files: dict[str, str] | None = None) -> dict:

@@ -77,7 +77,14 @@ def test_the_dashboard_shows_the_live_cluster_in_a_browser(agent, tmp_path: Path
         jobs = requests.get(f"{url}/api/state", timeout=60).json()["jobs"]
         return any(j["state"] == "running" and j["workers"] > 0 and j["timeline"] for j in jobs)
 
+    def waits_for_room() -> bool:
+        # a slot decided after dash-wait's submission names a reason for room; before it, the job only
+        # waits for its first slot
+        jobs = {j["name"]: j for j in requests.get(f"{url}/api/state", timeout=60).json()["jobs"]}
+        return jobs["dash-wait"]["wait_reason"] in FOR_ROOM
+
     wait_for("a job running with a closed slot", running, progress=slots)
+    wait_for("dash-wait waiting for room", waits_for_room, progress=slots)
     rows = {j["name"]: j for j in requests.get(f"{url}/api/state", timeout=60).json()["jobs"]}
     # last in submission order: behind whichever of dash-a and dash-b still waits (one may not have its
     # worker yet when the other already runs)

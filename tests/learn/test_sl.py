@@ -203,3 +203,58 @@ def test_cli_init_continues_a_student_and_dagger_skips_the_first_fit(capsys, tmp
                         (("--lr", "0"), "--lr")):
         code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "bad.pt"), *extra)
         assert code == 2 and name in err, err
+
+
+def test_on_a_shared_cluster_the_student_learns_what_the_queue_layer_asks_it(tmp_path):
+    """With ``tenancy:`` the policy decides inside the queue layer, on one queue's jobs at a time
+    (:class:`dl2ray.schedulers.queued.Queued`): the recording labels exactly the views the layer gives the
+    teacher — several per slot — and validation judges the student inside the same layer, as
+    ``make_scheduler`` builds it."""
+    from support import CONFIGS
+
+    from dl2ray.config import load_config
+    from dl2ray.learn.shape import sl as shape_sl
+    from dl2ray.learn.validation import validate
+    from dl2ray.policy.shape import ShapeEncoding
+    from dl2ray.policy.shape_net import build_shape_policy, save_shape_checkpoint
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.schedulers.queued import Queued
+    from dl2ray.sim import run_episode
+    from dl2ray.world import build_simulator
+
+    cfg = load_config(CONFIGS / "testbed-shared.yaml")
+    enc = ShapeEncoding.from_config(cfg)
+    got = shape_sl.record(cfg, "planner", [3], max_slots=15)
+
+    queued = make_scheduler("planner", cfg)
+    assert isinstance(queued, Queued)
+    inner, want = queued.inner, []
+
+    class Spy:
+        def decide(self, view):
+            label = inner.decide(view)
+            if view.jobs:
+                want.append(shape_sl.teacher_sample(view, enc, label, getattr(inner, "placement", None)))
+            return label
+
+    queued.inner = Spy()
+    sim = build_simulator(cfg, world=cfg.policy.train_world)  # where SL records (the config's training world)
+    view, busy = sim.reset(3), 0
+    queued.reset(3)
+    while not sim.done and sim.slot < 15:
+        busy += bool(view.jobs)
+        view = sim.step(queued.decide(view)).view
+    assert len(got) == len(want) > busy > 0  # several views per slot: each queue's ask, then its share
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a.x, b.x)
+        np.testing.assert_array_equal(a.actions, b.actions)
+
+    net = build_shape_policy(enc, (16,), 8, seed=2)
+    assert shape_sl.record_on_student(cfg, "planner", net, [3], max_slots=15)
+    path = tmp_path / "s.pt"
+    save_shape_checkpoint(path, net, cfg.catalogue.names)
+    from dl2ray.evaluation.metrics import censored_avg_jct
+
+    built = make_scheduler(f"dl2:{path}", cfg)
+    assert isinstance(built, Queued)
+    assert validate(cfg, net, [5]) == censored_avg_jct(run_episode(build_simulator(cfg), built, 5))

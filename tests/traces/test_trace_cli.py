@@ -150,3 +150,41 @@ def test_describe_reports_the_offered_load_the_import_aimed_at(samples, tmp_path
     assert doc["offered_load"] == pytest.approx(0.5, rel=0.05)
     assert doc["offered_load_cluster"] == "testbed"
     assert doc["requested_bundles"] == {"1": 3, "2": 1, "4": 1, "8": 1, "16": 1}
+
+
+def test_merge_puts_each_file_in_its_queue_and_refuses_an_unknown_queue(tmp_path, capsys) -> None:
+    """Two generated traces as two queues of the shared testbed: every job kept, in its file's queue, ids
+    0..n-1 in arrival order; a queue the config does not have, a bad QUEUE=FILE or a config without queues:
+    exit 2 naming it."""
+    from dl2ray.config import load_config
+
+    shared = str(REPO / "configs" / "testbed-shared.yaml")
+    cfg = load_config(shared)
+    files = []
+    for seed in (1, 2):
+        files.append(tmp_path / f"g{seed}.parquet")
+        assert run(["trace", "generate", "--config", shared, "--seed", str(seed), "--out", str(files[-1])],
+                   capsys)[0] == 0
+    out = tmp_path / "merged.parquet"
+    code, stdout, _ = run(["trace", "merge", "--config", shared, "--queue", f"research={files[0]}",
+                           "--queue", f"prod={files[1]}", "--out", str(out)], capsys)
+    assert code == 0 and "2 queue(s)" in stdout
+    merged = read_trace(out, cfg.catalogue)
+    parts = {q: read_trace(f, cfg.catalogue) for q, f in zip(("research", "prod"), files, strict=True)}
+    assert [j.job_id for j in merged] == list(range(sum(len(p) for p in parts.values())))
+    assert [j.arrival_slot for j in merged] == sorted(j.arrival_slot for j in merged)
+    for q, part in parts.items():
+        mine = [j for j in merged if j.queue == q]
+        assert sorted((j.arrival_slot, j.job_type, j.true_epochs) for j in mine) == sorted(
+            (j.arrival_slot, j.job_type, j.true_epochs) for j in part)
+    assert read_trace_meta(out).source.startswith("merge:research=")
+
+    code, _, err = run(["trace", "merge", "--config", shared, "--queue", f"nope={files[0]}",
+                        "--out", str(out)], capsys)
+    assert code == 2 and "'nope' is not a queue" in err and "research" in err
+    code, _, err = run(["trace", "merge", "--config", shared, "--queue", str(files[0]), "--out", str(out)],
+                       capsys)
+    assert code == 2 and "QUEUE=FILE" in err
+    code, _, err = run(["trace", "merge", "--config", str(REPO / "configs" / "testbed.yaml"), "--queue",
+                        f"a={files[0]}", "--out", str(out)], capsys)
+    assert code == 2 and "no tenancy" in err

@@ -87,35 +87,60 @@ def record_on_student(cfg: ExperimentConfig, teacher: str, net: ShapePolicyNet, 
 
     enc, student = net.enc, NumpyShapePolicy(net)
 
-    def act(view: ClusterView, label: Allocation) -> Allocation:
-        if not view.jobs:
-            return label
+    def act(view: ClusterView) -> Allocation:
         x, g = job_features(view, enc)
         return decide_shapes(view, enc, student.logits(x, g)).allocation
 
     return _record(cfg, teacher, enc, trace_seeds, max_slots, traces, None, act)
 
 
+class _Labelled:
+    """The scheduler the recording drives with: each view it is asked about is labelled with the teacher's
+    allocation (kept in :attr:`seen`); it answers with the student's (``act``) or, without one, the
+    teacher's. On a shared cluster it sits inside the queue layer, so what is recorded is what the policy
+    will be asked there: a queue's jobs on that queue's nodes (:class:`dl2ray.schedulers.queued.Queued`)."""
+
+    def __init__(self, teacher, act: Callable[[ClusterView], Allocation] | None) -> None:
+        self.teacher, self.act = teacher, act
+        self.seen: list[tuple[ClusterView, Allocation]] = []
+
+    def __getattr__(self, attr: str):
+        if attr == "teacher":
+            raise AttributeError(attr)
+        return getattr(self.teacher, attr)
+
+    def decide(self, view: ClusterView) -> Allocation:
+        label = self.teacher.decide(view)
+        if view.jobs:
+            self.seen.append((view, label))
+        return label if self.act is None or not view.jobs else self.act(view)
+
+
 def _record(cfg: ExperimentConfig, teacher: str, enc: ShapeEncoding, trace_seeds: Sequence[int],
             max_slots: int, traces: Sequence[Trace] | None, on_trace: Callable[[], None] | None,
-            act: Callable[[ClusterView, Allocation], Allocation] | None = None) -> list[SlotSample]:
-    """Every slot with a job on each trace, labelled with ``teacher``'s allocation; the run goes on with
-    ``act(view, label)`` (default: the label itself, i.e. the teacher drives)."""
-    from dl2ray.schedulers.base import make_scheduler
+            act: Callable[[ClusterView], Allocation] | None = None) -> list[SlotSample]:
+    """Every view with a job that the policy would be asked about on each trace, labelled with ``teacher``'s
+    allocation; the run goes on with ``act(view)`` (default: the label itself, i.e. the teacher drives). One
+    view per slot, or on a shared cluster (``tenancy:``) the queue layer's views of each queue."""
+    from dl2ray.schedulers.base import make_scheduler, on_cluster
+    from dl2ray.schedulers.queued import Queued
 
     out: list[SlotSample] = []
     for sim, seed in simulators(cfg, trace_seeds, traces):
-        sched = make_scheduler(teacher, cfg)
+        made = make_scheduler(teacher, cfg)
+        labelled = _Labelled(made.inner if isinstance(made, Queued) else made, act)
+        driver = on_cluster(labelled, cfg)
         view = sim.reset(seed)
-        if hasattr(sched, "reset"):
-            sched.reset(seed)
+        if hasattr(driver, "reset"):
+            driver.reset(seed)
+        placer = getattr(labelled.teacher, "placement", None)
         for _ in range(max_slots):
             if sim.done:
                 break
-            label = sched.decide(view)
-            if view.jobs:
-                out.append(teacher_sample(view, enc, label, getattr(sched, "placement", None)))
-            view = sim.step(label if act is None else act(view, label)).view
+            alloc = driver.decide(view)
+            out.extend(teacher_sample(v, enc, label, placer) for v, label in labelled.seen)
+            labelled.seen.clear()
+            view = sim.step(alloc).view
         if on_trace:
             on_trace()
     return out
