@@ -1,4 +1,4 @@
-"""The DL2 paper's learning experiments in one run (``dl2ray experiment paper``): Fig. 10, Fig. 16, Table 2.
+"""The DL2 paper's learning experiments in one run (``dl2ray experiment paper``): Fig. 10, 15, 16, 18, Tab. 2.
 
 Every learner here learns **online**: ``policy.experience: cluster`` (the default), acting on its
 cluster through act/observe/reward (:mod:`dl2ray.envs.cluster_env`), never in a model of it.
@@ -27,8 +27,13 @@ cluster through act/observe/reward (:mod:`dl2ray.envs.cluster_env`), never in a 
    Optimus's level, 1.10× the planner's, on the validation traces) the wall-clock and the updates per
    agent (experience per cluster) at the first validation at or below it.
 
-What the command does not yet produce (issue 37): Fig. 15 (job types that arrive later) and Fig. 18's
-federation row; the report says so.
+6. **Fig. 15, unseen job types** (:mod:`dl2ray.studies.unseen`): the first teacher's student trained on the
+   first half of the catalogue's types, then online RL in ``unseen_phases`` phases of ``updates // phases``
+   updates, each phase's
+   traces drawing from more of the catalogue, validated on every type; the ideal line is the first
+   teacher's first-seed run (every type from the start).
+
+What the command does not yet produce (issue 37): Fig. 18's federation row; the report says so.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ from dl2ray.studies.learning import (
     mean_jct,
     train_all,
 )
+from dl2ray.studies.unseen import curve as unseen_curve
+from dl2ray.studies.unseen import phase_plans, run_phases, type_counts, types_config, with_options
+from dl2ray.studies.unseen import summary as unseen_summary
 
 #: The paper's figures for the experiments this command runs (§6.3–6.5), to put beside ours.
 PAPER: dict[str, float] = {
@@ -89,6 +97,7 @@ class PaperSettings:
     sl_epochs: int = 40
     workers: int = 2
     agents: tuple[int, ...] = (2,)  # Fig. 18: A3C agent counts beside the single learner
+    unseen_phases: int = 3  # Fig. 15: phases of online RL, each knowing more types (0 skips it)
 
     @classmethod
     def quick(cls, workers: int = 2) -> PaperSettings:
@@ -117,6 +126,10 @@ class PaperResult:
     stages_s: dict[str, float] = field(default_factory=dict)
     # Fig. 18: (agents, seed) -> [(global update, seconds since start, validation avg JCT)]
     learners: dict[tuple[int, int], list[tuple[int, float, float]]] = field(default_factory=dict)
+    # Fig. 15: (global update, types known, validation avg JCT); types known per phase; updates per phase
+    unseen: list[tuple[int, int, float]] = field(default_factory=list)
+    unseen_counts: tuple[int, ...] = ()
+    unseen_updates: int = 0
 
     def jct(self, spec: str) -> float:
         return float(self.test[spec]["avg_jct"])
@@ -126,13 +139,14 @@ def _student_path(out: Path, teacher: str) -> Path:
     return out / f"sl-{teacher}.pt"
 
 
-def _train_student(cfg: ExperimentConfig, s: PaperSettings, teacher: str, out: Path) -> str:
+def train_student(cfg: ExperimentConfig, s: PaperSettings, teacher: str, out: Path,
+                   path: Path | None = None) -> str:
     import torch
 
     from dl2ray.learn.sl import SLRun, run_sl
 
     torch.set_num_threads(1)
-    path = _student_path(out, teacher)
+    path = path or _student_path(out, teacher)
     run = SLRun(teacher, s.sl_traces, s.sl_val_traces, s.sl_epochs, s.seeds[0], cfg.policy.sl_max_slots,
                 arch="shape")
     run_sl(cfg, run, path, path.with_suffix(".tb"))
@@ -144,10 +158,10 @@ def train_students(cfg: ExperimentConfig, s: PaperSettings, out: Path) -> dict[s
     todo = [t for t in s.teachers if not _student_path(out, t).exists()]
     if s.workers > 1 and len(todo) > 1:
         with ProcessPoolExecutor(min(s.workers, len(todo)), mp_context=get_context("spawn")) as pool:
-            list(pool.map(_train_student, [cfg] * len(todo), [s] * len(todo), todo, [out] * len(todo)))
+            list(pool.map(train_student, [cfg] * len(todo), [s] * len(todo), todo, [out] * len(todo)))
     else:
         for t in todo:
-            _train_student(cfg, s, t, out)
+            train_student(cfg, s, t, out)
     return {t: str(_student_path(out, t)) for t in s.teachers}
 
 
@@ -195,6 +209,19 @@ def a3c_runs(cfg: ExperimentConfig, s: PaperSettings, init: Path, out: Path, mul
     return done
 
 
+def unseen_phases(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None
+                  ) -> tuple[list[tuple[int, int, float]], tuple[int, ...], int]:
+    """Fig. 15 (module docstring, 6.): its curve, the types known per phase and the updates per phase;
+    resumable."""
+    counts = type_counts(len(cfg.catalogue.names), s.unseen_phases)
+    first, per = s.teachers[0], max(1, s.updates // len(counts))
+    student = out / f"sl-{first}-{counts[0]}types.pt"
+    if not student.exists():
+        train_student(types_config(cfg, counts[0]), s, first, out, student)
+    plans = phase_plans(cfg, student, with_options(s.options(), per), per, s.seeds[0], out, counts)
+    return unseen_curve(run_phases(plans, progress), counts, per), counts, per
+
+
 def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None,
               multi: MultiAgent | None = None) -> PaperResult:
     """Students, runs, flat lines and the test (module docstring); files under ``out``. ``multi``: the
@@ -227,13 +254,20 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
         for key, path in a3c_runs(cfg, s, Path(students[first]), out, multi).items():
             learners[key] = _validation_seconds(path.with_suffix(".tb"))
         stages["A3C"] = time.perf_counter() - clock_a3c
+    unseen: list[tuple[int, int, float]] = []
+    counts: tuple[int, ...] = ()
+    per_phase = 0
+    if s.unseen_phases:
+        clock_unseen = time.perf_counter()
+        unseen, counts, per_phase = unseen_phases(cfg, s, out, progress)
+        stages["Fig. 15"] = time.perf_counter() - clock_unseen
     test_seeds = seedsets.test(s.test_traces)
     specs = [*dict.fromkeys([*s.teachers, "optimus", "planner"]),
              *(f"dl2:{p}" for p in students.values()), *(f"dl2:{r.best}" for r in records)]
     test = mean_jct(cfg, specs, test_seeds, processes=s.workers)
     stages["flat lines and test"] = time.perf_counter() - clock - sum(stages.values())
     return PaperResult(cfg.name, s, students, records, curve, wall, val_seeds, test_seeds, test,
-                       time.perf_counter() - clock, stages, learners)
+                       time.perf_counter() - clock, stages, learners, unseen, counts, per_phase)
 
 
 # -- what the report shows --------------------------------------------------------------------------
@@ -313,6 +347,15 @@ def time_to_quality(r: PaperResult) -> list[dict]:
     return rows
 
 
+def unseen_table(r: PaperResult) -> list[dict]:
+    """Fig. 15: the unseen-types line against the ideal one (:func:`dl2ray.studies.unseen.summary`)."""
+    if not r.unseen:
+        return []
+    ideal = [(u, j) for u, name, j in r.curve if name == f"{r.settings.teachers[0]}@{r.settings.seeds[0]}"]
+    planner = next(j for _, name, j in r.curve if name == "planner")
+    return unseen_summary(r.unseen, ideal, planner, r.unseen_counts, r.unseen_updates)
+
+
 def curve_summary(r: PaperResult) -> dict[str, dict]:
     """Fig. 10: per line, its first, best (and update), final validation JCT and when it first went below
     the teacher."""
@@ -332,6 +375,8 @@ def document(r: PaperResult) -> dict:
     return {"config": r.config, "settings": asdict(r.settings), "wall_s": r.wall_s, "stages_s": r.stages_s,
             "students": r.students, "val_seeds": r.val_seeds, "test_seeds": r.test_seeds,
             "fig10": {"summary": curve_summary(r), "rows": r.curve, "wall": r.wall},
+            "fig15": {"rows": r.unseen, "types_per_phase": list(r.unseen_counts),
+                      "updates_per_phase": r.unseen_updates, "summary": unseen_table(r)},
             "fig16": teachers_table(r), "table2": ablation_table(r),
             "fig18": {"thresholds": thresholds(r) if r.learners else {}, "rows": time_to_quality(r),
                       "validations": {f"{n}@{seed}": pts for (n, seed), pts in r.learners.items()}},

@@ -14,6 +14,7 @@ from dl2ray.studies.paper import (
     curve_summary,
     teachers_table,
     time_to_quality,
+    unseen_table,
 )
 
 
@@ -61,6 +62,60 @@ def plot_curves(r: PaperResult, out: Path) -> tuple[Path, Path]:
     return by_update, out / "fig10-wall.png"
 
 
+def plot_unseen(r: PaperResult, path: Path) -> Path:
+    """Fig. 15: validation JCT against updates with new types arriving (red dots), the ideal line and the
+    planner's level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first, s0 = r.settings.teachers[0], r.settings.seeds[0]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    pts = sorted((u, j) for u, _, j in r.unseen)
+    ax.plot([u for u, _ in pts], [j for _, j in pts], marker=".", label=f"types arrive over time (from "
+            f"{r.unseen_counts[0]})")
+    ideal = sorted((u, j) for u, name, j in r.curve if name == f"{first}@{s0}")
+    ax.plot([u for u, _ in ideal], [j for _, j in ideal], marker=".",
+            label="ideal (every type from the start)")
+    for k in range(1, len(r.unseen_counts)):
+        at = [j for u, j in pts if u == k * r.unseen_updates]
+        if at:
+            ax.plot([k * r.unseen_updates], at, "o", color="red",
+                    label="new types arrive" if k == 1 else None)
+    planner = next((j for _, n, j in r.curve if n == "planner"), None)
+    if planner is not None:
+        ax.axhline(planner, ls="--", lw=1, color="grey", label="planner (every type profiled)")
+    ax.set_xlabel("online RL updates")
+    ax.set_ylabel("validation average JCT (slots, every type)")
+    ax.set_title(f"Fig. 15: unseen job types ({r.config})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def fig15(r: PaperResult) -> list[str]:
+    """Fig. 15's section: the unseen-types line against the ideal one at each arrival and at the end."""
+    lines = ["## Fig. 15: job types the policy never saw", ""]
+    if not r.unseen:
+        return [*lines, "Not run (`unseen` is empty).", ""]
+    counts = r.unseen_counts
+    lines += [f"The {r.settings.teachers[0].upper()} student trained on the first {counts[0]} types of the "
+              f"catalogue, then online RL in {len(counts)} phases of {r.unseen_updates} updates whose traces "
+              f"draw from the first {', '.join(map(str, counts))} types; every point is validated on every "
+              "type. The ideal line is the same teacher's SL + RL with every type from the start (Fig. 10's "
+              "SL + RL run). The paper: DL2 gradually reaches the ideal line's performance.", "",
+              "![unseen job types](fig15.png)", "",
+              "| update | what | validation JCT | ideal | / ideal | / planner |", "|---|---|---|---|---|---|"]
+    for row in unseen_table(r):
+        lines.append(f"| {row['update']} | {row['what']} | {_f(row['unseen'])} | {_f(row['ideal'])} | "
+                     f"{_f(row['unseen_vs_ideal'], 3)} | {_f(row['unseen_vs_planner'], 3)} |")
+    return [*lines, ""]
+
+
 def plot_teachers(rows: list[dict], path: Path) -> Path:
     """Fig. 16: per teacher, teacher / SL student / online RL (mean, seeds as dots) test JCT."""
     import matplotlib
@@ -87,7 +142,7 @@ def plot_teachers(rows: list[dict], path: Path) -> Path:
 
 
 def markdown(r: PaperResult, command: str) -> str:
-    """The report (module docstring): settings, Fig. 10, Fig. 16, Table 2, what is not run yet."""
+    """The report (module docstring): settings, Fig. 10, 16, Table 2, Fig. 15, 18, what is not run yet."""
     s, first = r.settings, r.settings.teachers[0]
     lines = [
         "# The DL2 paper's learning experiments, online in the realistic world",
@@ -136,10 +191,9 @@ def markdown(r: PaperResult, command: str) -> str:
                      f"{_f(row['paper_pct'], 1)} |")
     lines += ["", "`zero-advantage` is the control: the same run with the policy-gradient signal "
               "shuffled away.", ""]
+    lines += fig15(r)
     lines += fig18(r)
-    lines += ["## Not produced by this command yet", "",
-              "Fig. 15 (job types that start arriving mid-run) and Fig. 18's two-member federation: "
-              "issue 37.", ""]
+    lines += ["## Not produced by this command yet", "", "Fig. 18's two-member federation: issue 37.", ""]
     return "\n".join(lines)
 
 
@@ -168,6 +222,8 @@ def write_report(r: PaperResult, out: Path, command: str) -> Path:
     """``OUT/paper.md`` with its plots beside it."""
     plot_curves(r, out)
     plot_teachers(teachers_table(r), out / "fig16.png")
+    if r.unseen:
+        plot_unseen(r, out / "fig15.png")
     path = out / "paper.md"
     path.write_text(markdown(r, command), encoding="utf-8")
     return path

@@ -56,11 +56,22 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     assert set(doc["fig18"]["validations"]) == {"1@0", "2@0"}
     assert {row["agents"] for row in doc["fig18"]["rows"]} == {1, 2}
     assert (out / "a3c2@0.best.pt").is_file()
+    # Fig. 15: a student of 4 of the 8 types, then one update per phase with 4, 6, 8 types, each phase from
+    # the one before it, every point validated on every type
+    fig15 = doc["fig15"]
+    assert fig15["types_per_phase"] == [4, 6, 8] and fig15["updates_per_phase"] == 1
+    assert [(u, n) for u, n, _ in fig15["rows"]] == [(0, 4), (1, 4), (2, 6), (3, 8)]
+    assert [row["update"] for row in fig15["summary"]] == [0, 1, 2, 3]
+    assert all(row["ideal"] > 0 and row["unseen"] > 0 for row in fig15["summary"])
+    assert (out / "sl-drf-4types.pt").is_file() and (out / "unseen-8types@0.best.pt").is_file()
+    phase = json.loads((out / "unseen-6types@0.json").read_text())
+    assert phase["init"].endswith("unseen-4types@0.pt")
     text = (out / "paper.md").read_text()
-    for word in ("Fig. 10", "Fig. 16", "Table 2", "Fig. 18", "41.3", "21.1", "dl2ray experiment paper",
-                 "--quick"):
+    for word in ("Fig. 10", "Fig. 15", "Fig. 16", "Table 2", "Fig. 18", "41.3", "21.1",
+                 "dl2ray experiment paper", "--quick"):
         assert word in text
-    assert all((out / f).is_file() for f in ("fig10.png", "fig10-wall.png", "fig16.png", "sl-fifo.pt"))
+    assert all((out / f).is_file() for f in ("fig10.png", "fig10-wall.png", "fig15.png", "fig16.png",
+                                             "sl-fifo.pt"))
     first = (out / "drf@0.best.pt").stat().st_mtime_ns
     code, stdout, err = run_cli(capsys, "experiment", "paper", "--quick", "--config", tiny_yaml, "--out",
                                 str(out), "--json")
@@ -108,3 +119,45 @@ def test_time_to_quality_is_the_first_validation_at_or_below_each_level():
     planner2 = rows[("1.10× planner", 2)]
     assert planner2["reached"] == 1 and planner2["vs_one"]["values"] == [0.5]
     assert rows[("1.10× planner", 1)]["updates_per_agent"]["values"] == [10.0]
+
+
+def test_unseen_types_arrive_in_phases_each_from_the_last_weights_of_the_one_before(tmp_path):
+    """Fig. 15's plan: half the catalogue first, then more, all of it last (the paper's 4, 6, 8 of 8);
+    each phase trains on traces of its types, starts from the phase before it and validates on every type."""
+    from dl2ray.learn.records import RLOptions
+    from dl2ray.studies.unseen import phase_plans, type_counts, types_config
+
+    assert type_counts(8) == (4, 6, 8) and type_counts(8, 1) == (8,) and type_counts(3) == (2, 3)
+    assert type_counts(12, 4) == (6, 8, 10, 12)
+    with pytest.raises(ValueError, match="at least 1"):
+        type_counts(8, 0)
+    four = types_config(TINY, 4)
+    assert four.workload.types == TINY.catalogue.names[:4]
+    from dl2ray.traces.generate import generate_trace
+
+    assert {j.job_type for j in generate_trace(four, 3)} <= set(TINY.catalogue.names[:4])
+    with pytest.raises(ValueError, match="has 8"):
+        types_config(TINY, 9)
+    student = tmp_path / "sl.pt"
+    plan = phase_plans(TINY, student, RLOptions(), 5, 0, tmp_path, (4, 6, 8))
+    assert [p.cfg.workload.types for p in plan] == [TINY.catalogue.names[:n] for n in (4, 6, 8)]
+    assert [p.init for p in plan] == [student, plan[0].out, plan[1].out]
+    assert all(p.val_cfg is TINY and p.updates == 5 and p.resume for p in plan)
+
+
+def test_the_unseen_curve_joins_the_phases_and_sets_each_arrival_beside_the_ideal_line():
+    from dl2ray.learn.records import ValidationRow
+    from dl2ray.studies.learning import RunRecord
+    from dl2ray.studies.unseen import curve, summary
+
+    def rec(points):
+        return RunRecord("r", None, None, "m", "m", [ValidationRow(u, j) for u, j in points], 1.0)
+
+    pts = curve([rec([(0, 10.0), (2, 9.0)]), rec([(0, 9.0), (2, 12.0)]), rec([(0, 12.0), (2, 8.0)])],
+                (4, 6, 8), 2)
+    assert pts == [(0, 4, 10.0), (2, 4, 9.0), (4, 6, 12.0), (6, 8, 8.0)]
+    rows = summary(pts, [(0, 11.0), (3, 8.0), (6, 7.5)], 8.0, (4, 6, 8), 2)
+    assert [(r["update"], r["unseen"], r["ideal"]) for r in rows] == [
+        (0, 10.0, 11.0), (2, 9.0, 11.0), (4, 12.0, 8.0), (6, 8.0, 7.5)]
+    assert rows[-1]["what"] == "end" and rows[-1]["unseen_vs_planner"] == 1.0
+    assert rows[1]["what"] == "now 6 types"
