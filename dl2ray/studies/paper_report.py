@@ -51,15 +51,24 @@ def plot_curves(r: PaperResult, out: Path) -> tuple[Path, Path]:
         level = next((j for _, n, j in r.curve if n == name), None)
         if level is not None:
             ax.axhline(level, ls="--", lw=1, color="grey" if name != first else "black", label=labels[name])
-    ax.set_xlabel("wall-clock (minutes, this machine)")
-    ax.set_ylabel("validation average JCT (slots)")
-    ax.set_title(f"{r.config}: validation JCT against time")
+    _save(fig, ax, "wall-clock (minutes, this machine)", "validation average JCT (slots)",
+          f"{r.config}: validation JCT against time", out / "fig10-wall.png")
+    return by_update, out / "fig10-wall.png"
+
+
+def _save(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """Label, grid and legend ``ax``; write ``fig`` to ``path`` (PNG, 120 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "fig10-wall.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return by_update, out / "fig10-wall.png"
+    return path
 
 
 def plot_unseen(r: PaperResult, path: Path) -> Path:
@@ -86,15 +95,8 @@ def plot_unseen(r: PaperResult, path: Path) -> Path:
     planner = next((j for _, n, j in r.curve if n == "planner"), None)
     if planner is not None:
         ax.axhline(planner, ls="--", lw=1, color="grey", label="planner (every type profiled)")
-    ax.set_xlabel("online RL updates")
-    ax.set_ylabel("validation average JCT (slots, every type)")
-    ax.set_title(f"Fig. 15: unseen job types ({r.config})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, "online RL updates", "validation average JCT (slots, every type)",
+                 f"Fig. 15: unseen job types ({r.config})", path)
 
 
 def fig15(r: PaperResult) -> list[str]:
