@@ -29,9 +29,8 @@ cluster through act/observe/reward (:mod:`dl2ray.envs.cluster_env`), never in a 
 
 6. **Fig. 15, unseen job types** (:mod:`dl2ray.studies.unseen`): the first teacher's student trained on the
    first half of the catalogue's types, then online RL in ``unseen_phases`` phases of ``updates // phases``
-   updates, each phase's
-   traces drawing from more of the catalogue, validated on every type; the ideal line is the first
-   teacher's first-seed run (every type from the start).
+   updates, each phase's traces drawing from more of the catalogue, validated on every type; the ideal
+   line is the first teacher's first-seed run (every type from the start).
 
 What the command does not yet produce (issue 37): Fig. 18's federation row; the report says so.
 """
