@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,7 +15,7 @@ from dl2ray.errors import UserError
 from dl2ray.evaluation.report import emit
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from dl2ray.cli.commands import Plugins
     from dl2ray.config import ExperimentConfig
@@ -25,6 +26,21 @@ def register_a3c(plugins: Plugins) -> None:
     """``bench a3c``, and the trainer of ``train rl --agents N``."""
     plugins.groups["bench"].command("a3c")(bench_a3c)
     plugins.multi_agent_rl = train_multi_agent
+    plugins.ray_session = ray_session
+
+
+@contextmanager
+def ray_session(cpus: int) -> Iterator[None]:
+    """A local Ray instance with ``cpus`` CPUs (at least the machine's) for several runs in a row (Fig. 18's
+    A3C and federation runs), so that each does not start and stop its own; one already running is kept."""
+    started = start_ray(max(cpus, os.cpu_count() or 1))
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
 
 
 def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,

@@ -24,6 +24,23 @@ def register_federation(plugins) -> None:
     if root is not None:
         root.add_typer(federation_app, name="federation")
     plugins.groups["bench"].command("federation")(bench_federation)
+    plugins.federated_rl = federated_rl
+
+
+def federated_rl(cfg, init: Path, members: int, pushes: int, seed: int, options, out: Path) -> list:
+    """Fig. 18's federation runner (:func:`clusters.federation.quality.federated_rl`) on a local Ray
+    instance it starts (and stops) when none is running."""
+    from clusters.federation.quality import federated_rl as run
+    from clusters.runtime import start_ray
+
+    started = start_ray(2)
+    try:
+        return run(cfg, init, members, pushes, seed, options, out)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
 
 
 @federation_app.command("check")

@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,10 @@ class MemberSpec:
     credit: str = "job"  # pg: a job choice's return
 
 
+VALIDATION_LOG = 1000
+"""Validations a simulated member keeps in its log (:meth:`MemberAgentImpl.validations`)."""
+
+
 @dataclass
 class MemberCounters:
     pushed: int = 0
@@ -103,6 +109,10 @@ class MemberAgentImpl:
         self.joined = False
         self.c = MemberCounters()
         self.drf: float | None = None
+        # (own pushes, own slots of experience, seconds since start, validation avg JCT) per validation,
+        # the newest VALIDATION_LOG of them: what Fig. 18's federation row reads (clusters.federation.quality)
+        self._validated: deque[tuple[int, int, float, float]] = deque(maxlen=VALIDATION_LOG)
+        self._started = time.perf_counter()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -126,6 +136,12 @@ class MemberAgentImpl:
             return {"name": self.spec.name, "mode": self.spec.mode, "incarnation": self.incarnation,
                     "running": bool(self._thread and self._thread.is_alive()), **dataclasses.asdict(self.c),
                     **self.learner.stats()}
+
+    def validations(self) -> list[tuple[int, int, float, float]]:
+        """Each validation's ``(own pushes, own slots of experience, seconds since the agent started,
+        validation avg JCT)``, oldest first (the newest :data:`VALIDATION_LOG`)."""
+        with self._lock:
+            return list(self._validated)
 
     # -- the loop --------------------------------------------------------------------------------------
 
@@ -206,11 +222,13 @@ class MemberAgentImpl:
         """Greedy JCT of the current weights and DRF's on this member's validation traces; reported."""
         if self.drf is None:
             self.drf = validation.heuristic_jct(self.cfg, "drf", self.spec.val_traces)
-        version = self.c.version
+        with self._lock:
+            version, pushed, slots = self.c.version, self.c.pushed, self.c.slots
         jct = validation.validate(self.cfg, self.policy, self.spec.val_traces)
         self.link.report(self.spec.name, version, jct, self.drf)
         with self._lock:
             self.c.validations += 1
+            self._validated.append((pushed, slots, time.perf_counter() - self._started, jct))
         return jct, self.drf
 
 

@@ -22,6 +22,7 @@ from dl2ray.errors import UserError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
 
     from dl2ray.cli.train import MultiAgentRL
 
@@ -288,7 +289,9 @@ class Plugins:
     ``groups``: the command groups a plugin may add commands to (``"bench"``,
     ``"train"``, ``"trace"``); ``root``: the ``dl2ray`` app itself, for top-level
     commands (``serve``: ``dl2ray serve``). ``multi_agent_rl``: the trainer ``train rl --agents N``
-    (N ≥ 2) hands its parsed options to (see :class:`dl2ray.cli.train.MultiAgentRL`).
+    (N ≥ 2) hands its parsed options to (see :class:`dl2ray.cli.train.MultiAgentRL`). ``federated_rl``:
+    Fig. 18's federation runner for ``experiment paper`` (:data:`dl2ray.studies.scaling.Federated`);
+    ``ray_session``: a context manager ``(cpus)`` holding one local Ray instance for several such runs.
     ``live_demo``: ``dl2ray demo --live`` (the ``clusters`` plugin: real jobs on local Ray).
     ``live_profile``: ``dl2ray profile --live`` (the ``clusters`` plugin: real elastic MXNet jobs timed
     on this machine; :func:`clusters.cli.profile_live.run_cli`'s arguments, the window as its three options).
@@ -298,6 +301,8 @@ class Plugins:
     groups: dict[str, typer.Typer]
     root: typer.Typer | None = None
     multi_agent_rl: MultiAgentRL | None = None
+    federated_rl: Callable[..., list] | None = None
+    ray_session: Callable[[int], AbstractContextManager[None]] | None = None
     live_demo: Callable[..., None] | None = None
     live_profile: Callable[..., None] | None = None
     loaded: list[str] = field(default_factory=list)

@@ -345,12 +345,15 @@ def paper(
     test_traces: Annotated[int | None, typer.Option(help="test traces (default 10; quick 1)")] = None,
     workers: WorkersOpt = 2,
     agents: Annotated[str, typer.Option(
-        help="Fig. 18: A3C agent counts beside the single learner, comma-separated ('' for none)")] = "2",
+        help="Fig. 18: A3C agent counts beside one agent, comma-separated ('' for none)")] = "2",
+    federation: Annotated[int, typer.Option(
+        help="Fig. 18: federation members beside a member alone (0: no federation rows)")] = 2,
     json_out: JsonOpt = False,
 ) -> None:
     """The paper's learning experiments, online: Fig. 10 (SL only, RL only, SL+RL), Fig. 16 (DRF, FIFO and
     SRTF students, then online RL, over seeds), Table 2 (the learner's parts, beside the
-    zero-advantage control) and Fig. 18 (time to quality, 1 learner and A3C agents); OUT/paper.md with
+    zero-advantage control), Fig. 15 (unseen job types) and Fig. 18 (time to quality: A3C agents, a
+    federation's members); OUT/paper.md with
     the paper's numbers beside ours, plots, OUT/paper.json. A run left unfinished continues where it
     stopped when started again with the same OUT."""
     import shlex
@@ -372,15 +375,21 @@ def paper(
         raise UserError(f"--agents: {agents!r}: comma-separated agent counts, e.g. 2 or 2,4") from None
     if any(n < 2 for n in counts):
         raise UserError(f"--agents: {agents!r}: each count at least 2 (the single learner is always run)")
+    if federation < 0 or federation == 1:
+        raise UserError(f"--federation {federation}: 0 (none) or at least 2 members (a member alone is "
+                        "always run beside them)")
     multi = getattr(ctx.obj, "multi_agent_rl", None) if counts else None
+    federated = getattr(ctx.obj, "federated_rl", None) if federation else None
     s = dataclasses.replace(s, updates=updates or s.updates, test_traces=test_traces or s.test_traces,
-                            seeds=tuple(range(seeds)) if seeds else s.seeds, agents=counts)
+                            seeds=tuple(range(seeds)) if seeds else s.seeds, agents=counts,
+                            federation=federation)
     out = _out_dir(out)
     torch.set_num_threads(1)  # this process forks evaluation workers (see _checkpoint)
     with _Bars(s.updates) as bars:
-        result = study.run_paper(cfg, s, out, bars, multi)
+        result = study.run_paper(cfg, s, out, bars, multi, federated, getattr(ctx.obj, "ray_session", None))
     given = [("--config", config), ("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces),
-             ("--agents", agents if agents != "2" else None)]
+             ("--agents", agents if agents != "2" else None),
+             ("--federation", federation if federation != 2 else None)]
     command = shlex.join(["dl2ray", "experiment", "paper", "--out", str(out), *(["--quick"] if quick else []),
                           *(x for opt, v in given if v is not None for x in (opt, str(v))),
                           "--workers", str(workers)])

@@ -20,36 +20,32 @@ cluster through act/observe/reward (:mod:`dl2ray.envs.cluster_env`), never in a 
    Optimus and the planner on fresh test traces (:func:`dl2ray.seeds.test`), one
    :func:`dl2ray.evaluation.comparison.compare` (finished jobs' average JCT, slots).
 
-5. **Fig. 18, time to quality** (when a multi-agent trainer is given: the ``clusters`` plugin's A3C on
-   Ray): for each agent count ``N`` of ``agents`` and each seed, A3C from the first student with ``N``
-   agents for ``N × updates`` global updates (each agent as much experience as the single learner);
-   the single learner is the first teacher's ``T@SEED`` run. Per threshold (0.90× the first student,
-   Optimus's level, 1.10× the planner's, on the validation traces) the wall-clock and the updates per
-   agent (experience per cluster) at the first validation at or below it.
+5. **Fig. 18, time to quality** (:mod:`dl2ray.studies.scaling`, when the ``clusters`` plugin gives its
+   trainers): from the first student, every seed, A3C with 1 and each count of ``agents`` agents (wall
+   time and updates per agent to each level) and a federation of 1 and ``federation`` members (each
+   member's own slots of experience to each level); levels: 0.90× the first student, Optimus's, 1.10×
+   the planner's, on the validation traces.
 
 6. **Fig. 15, unseen job types** (:mod:`dl2ray.studies.unseen`): the first teacher's student trained on the
    first half of the catalogue's types, then online RL in ``unseen_phases`` phases of ``updates // phases``
    updates, each phase's traces drawing from more of the catalogue, validated on every type; the ideal
    line is the first teacher's first-seed run (every type from the start).
-
-What the command does not yet produce (issue 37): Fig. 18's federation row; the report says so.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 
-import numpy as np
-
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
-from dl2ray.learn.records import RLOptions, RLResult
+from dl2ray.learn.records import RLOptions
 from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.studies.learning import (
     ABLATIONS,
@@ -59,6 +55,19 @@ from dl2ray.studies.learning import (
     ablations_of,
     mean_jct,
     train_all,
+)
+from dl2ray.studies.scaling import (
+    A3CPoints,
+    Federated,
+    FedPoints,
+    MultiAgent,
+    a3c_runs,
+    a3c_to_quality,
+    federation_runs,
+    federation_to_quality,
+    levels,
+    spread,
+    validation_seconds,
 )
 from dl2ray.studies.unseen import curve as unseen_curve
 from dl2ray.studies.unseen import phase_plans, run_phases, type_counts, types_config, with_options
@@ -74,9 +83,6 @@ PAPER: dict[str, float] = {
 PAPER_TABLE2: dict[str, float] = {"no-actor-critic": 21.1, "no-exploration": 28.8, "no-replay": 39.6}
 RL_ONLY = "rl-only"
 
-MultiAgent = Callable[..., tuple[RLResult, dict]]
-"""``train rl --agents N``'s trainer (:class:`dl2ray.cli.train.MultiAgentRL`: cfg, init, updates, seed,
-out, options, agents, logdir, resume, on_progress), registered by the ``clusters`` plugin."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,8 @@ class PaperSettings:
     sl_val_traces: int = 4
     sl_epochs: int = 40
     workers: int = 2
-    agents: tuple[int, ...] = (2,)  # Fig. 18: A3C agent counts beside the single learner
+    agents: tuple[int, ...] = (2,)  # Fig. 18: A3C agent counts beside one agent
+    federation: int = 2  # Fig. 18: federation members beside a member alone (0: no federation row)
     unseen_phases: int = 3  # Fig. 15: phases of online RL, each knowing more types (0 skips it)
 
     @classmethod
@@ -124,11 +131,13 @@ class PaperResult:
     wall_s: float
     stages_s: dict[str, float] = field(default_factory=dict)
     # Fig. 18: (agents, seed) -> [(global update, seconds since start, validation avg JCT)]
-    learners: dict[tuple[int, int], list[tuple[int, float, float]]] = field(default_factory=dict)
+    learners: A3CPoints = field(default_factory=dict)
     # Fig. 15: (global update, types known, validation avg JCT); types known per phase; updates per phase
     unseen: list[tuple[int, int, float]] = field(default_factory=list)
     unseen_counts: tuple[int, ...] = ()
     unseen_updates: int = 0
+    # Fig. 18: (members, seed) -> per member [(own pushes, own slots, seconds, validation avg JCT)]
+    federation: FedPoints = field(default_factory=dict)
 
     def jct(self, spec: str) -> float:
         return float(self.test[spec]["avg_jct"])
@@ -180,34 +189,6 @@ def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out
     return runs
 
 
-def _validation_seconds(tb: Path) -> list[tuple[int, float, float]]:
-    """``(update, seconds since the run's first event, validation avg JCT)`` from a run's TensorBoard
-    events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
-    acc.Reload()
-    tags = acc.Tags().get("scalars", [])
-    if "rl/val_avg_jct" not in tags:
-        return []
-    start = min(e.wall_time for tag in tags for e in acc.Scalars(tag))
-    return [(e.step, e.wall_time - start, e.value) for e in acc.Scalars("rl/val_avg_jct")]
-
-
-def a3c_runs(cfg: ExperimentConfig, s: PaperSettings, init: Path, out: Path, multi: MultiAgent
-             ) -> dict[tuple[int, int], Path]:
-    """Fig. 18's A3C runs (module docstring, 5.): ``(agents, seed) -> OUT/a3cN@SEED.pt``, resumable."""
-    opts = replace(s.options(), replay=False)  # A3C learns on each agent's fresh experience
-    done = {}
-    for seed in s.seeds:
-        for n in s.agents:
-            path = out / f"a3c{n}@{seed}.pt"
-            multi(cfg, init, s.updates * n, seed, path, opts, n, path.with_suffix(".tb"), True,
-                  lambda updates, val: None)
-            done[(n, seed)] = path
-    return done
-
-
 def unseen_phases(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None
                   ) -> tuple[list[tuple[int, int, float]], tuple[int, ...], int]:
     """Fig. 15 (module docstring, 6.): its curve, the types known per phase and the updates per phase;
@@ -222,9 +203,11 @@ def unseen_phases(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: 
 
 
 def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None,
-              multi: MultiAgent | None = None) -> PaperResult:
+              multi: MultiAgent | None = None, federated: Federated | None = None,
+              session: Callable[[int], AbstractContextManager[None]] | None = None) -> PaperResult:
     """Students, runs, flat lines and the test (module docstring); files under ``out``. ``multi``: the
-    multi-agent trainer for Fig. 18 (None: no Fig. 18)."""
+    multi-agent trainer for Fig. 18's A3C rows, ``federated``: the runner of its federation rows (None:
+    no such rows); ``session(cpus)``: held around both (one Ray instance for all of Fig. 18's runs)."""
     from dl2ray.policy.shape_net import load_policy_net
 
     out.mkdir(parents=True, exist_ok=True)
@@ -245,14 +228,24 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
     for name in (RL_ONLY, f"{first}@{s.seeds[0]}"):
         rec = by_name[name]
         curve += [(v.update, name, v.avg_jct) for v in rec.validation]
-        wall += [(sec, name, j) for _, sec, j in _validation_seconds(rec.out.with_suffix(".tb"))]
-    learners = {(1, seed): _validation_seconds(by_name[f"{first}@{seed}"].out.with_suffix(".tb"))
-                for seed in s.seeds}
-    if multi is not None and s.agents:
-        clock_a3c = time.perf_counter()
-        for key, path in a3c_runs(cfg, s, Path(students[first]), out, multi).items():
-            learners[key] = _validation_seconds(path.with_suffix(".tb"))
-        stages["A3C"] = time.perf_counter() - clock_a3c
+        wall += [(sec, name, j) for _, sec, j in validation_seconds(rec.out.with_suffix(".tb"))]
+    learners: A3CPoints = {}
+    federation: FedPoints = {}
+    a3c = multi is not None and bool(s.agents)
+    fed = federated is not None and s.federation > 0
+    with (session or (lambda cpus: nullcontext()))(max((*s.agents, 2))) if a3c or fed else nullcontext():
+        if a3c:
+            assert multi is not None
+            clock_a3c = time.perf_counter()
+            learners = a3c_runs(cfg, Path(students[first]), s.options(), s.updates, s.seeds,
+                                sorted({1, *s.agents}), out, multi)
+            stages["Fig. 18 A3C"] = time.perf_counter() - clock_a3c
+        if fed:
+            assert federated is not None
+            clock_fed = time.perf_counter()
+            federation = federation_runs(cfg, Path(students[first]), s.options(), s.updates, s.seeds,
+                                         sorted({1, s.federation}), out, federated)
+            stages["Fig. 18 federation"] = time.perf_counter() - clock_fed
     unseen: list[tuple[int, int, float]] = []
     counts: tuple[int, ...] = ()
     per_phase = 0
@@ -266,16 +259,12 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
     test = mean_jct(cfg, specs, test_seeds, processes=s.workers)
     stages["flat lines and test"] = time.perf_counter() - clock - sum(stages.values())
     return PaperResult(cfg.name, s, students, records, curve, wall, val_seeds, test_seeds, test,
-                       time.perf_counter() - clock, stages, learners, unseen, counts, per_phase)
+                       time.perf_counter() - clock, stages, learners, unseen, counts, per_phase, federation)
 
 
 # -- what the report shows --------------------------------------------------------------------------
 
 
-def _spread(values: Sequence[float]) -> dict:
-    arr = np.asarray(values, dtype=np.float64)
-    std = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
-    return {"n": len(values), "mean": float(arr.mean()), "std": std, "values": [float(v) for v in arr]}
 
 
 def teachers_table(r: PaperResult) -> list[dict]:
@@ -287,10 +276,10 @@ def teachers_table(r: PaperResult) -> list[dict]:
         rl = [r.jct(f"dl2:{by_name[f'{t}@{s}'].best}") for s in r.settings.seeds]
         control = r.jct(f"dl2:{by_name[f'{t}-zero@{r.settings.seeds[0]}'].best}")
         ratios = [x / teacher for x in rl]
-        rows.append({"teacher": t, "teacher_jct": teacher, "student_jct": student, "rl": _spread(rl),
-                     "rl_vs_teacher": _spread(ratios), "rl_vs_student": _spread([x / student for x in rl]),
-                     "rl_vs_optimus": _spread([x / r.jct("optimus") for x in rl]),
-                     "rl_vs_planner": _spread([x / r.jct("planner") for x in rl]),
+        rows.append({"teacher": t, "teacher_jct": teacher, "student_jct": student, "rl": spread(rl),
+                     "rl_vs_teacher": spread(ratios), "rl_vs_student": spread([x / student for x in rl]),
+                     "rl_vs_optimus": spread([x / r.jct("optimus") for x in rl]),
+                     "rl_vs_planner": spread([x / r.jct("planner") for x in rl]),
                      "control_jct": control, "beats_control": all(x < control for x in rl)})
     return rows
 
@@ -317,33 +306,19 @@ def ablation_table(r: PaperResult) -> list[dict]:
 
 
 def thresholds(r: PaperResult) -> dict[str, float]:
-    """Fig. 18's validation JCT levels: 0.90× the first student, Optimus's, 1.10× the planner's."""
+    """Fig. 18's validation JCT levels (:func:`dl2ray.studies.scaling.levels`)."""
     level = {name: j for _, name, j in r.curve}
-    return {"0.90× student": 0.9 * level[f"sl-{r.settings.teachers[0]}"], "Optimus": level["optimus"],
-            "1.10× planner": 1.1 * level["planner"]}
+    return levels(level[f"sl-{r.settings.teachers[0]}"], level["optimus"], level["planner"])
 
 
 def time_to_quality(r: PaperResult) -> list[dict]:
-    """Fig. 18: per agent count and threshold, over seeds, the minutes and the updates per agent at the
-    first validation at or below the threshold (a seed that never got there counts as missing), and the
-    minutes' ratio to the single learner's on the same seed."""
-    rows = []
-    counts = sorted({n for n, _ in r.learners})
-    for name, level in thresholds(r).items():
-        first_at: dict[tuple[int, int], tuple[float, float] | None] = {}
-        for (n, seed), pts in r.learners.items():
-            hit = next(((u, sec) for u, sec, j in sorted(pts) if j <= level), None)
-            first_at[(n, seed)] = None if hit is None else (hit[1] / 60, hit[0] / n)
-        for n in counts:
-            got = {seed: v for (m, seed), v in first_at.items() if m == n and v is not None}
-            ratios = [got[seed][0] / one[0] for seed in got
-                      if (one := first_at.get((1, seed))) is not None and one[0] > 0]
-            rows.append({"threshold": name, "level": level, "agents": n, "seeds": len(r.settings.seeds),
-                         "reached": len(got),
-                         "minutes": _spread([v[0] for v in got.values()]) if got else None,
-                         "updates_per_agent": _spread([v[1] for v in got.values()]) if got else None,
-                         "vs_one": _spread(ratios) if ratios else None})
-    return rows
+    """Fig. 18's A3C rows (:func:`dl2ray.studies.scaling.a3c_to_quality`)."""
+    return a3c_to_quality(r.learners, thresholds(r), len(r.settings.seeds)) if r.learners else []
+
+
+def federation_quality(r: PaperResult) -> list[dict]:
+    """Fig. 18's federation rows (:func:`dl2ray.studies.scaling.federation_to_quality`)."""
+    return federation_to_quality(r.federation, thresholds(r), len(r.settings.seeds)) if r.federation else []
 
 
 def unseen_table(r: PaperResult) -> list[dict]:
@@ -377,8 +352,11 @@ def document(r: PaperResult) -> dict:
             "fig15": {"rows": r.unseen, "types_per_phase": list(r.unseen_counts),
                       "updates_per_phase": r.unseen_updates, "summary": unseen_table(r)},
             "fig16": teachers_table(r), "table2": ablation_table(r),
-            "fig18": {"thresholds": thresholds(r) if r.learners else {}, "rows": time_to_quality(r),
-                      "validations": {f"{n}@{seed}": pts for (n, seed), pts in r.learners.items()}},
+            "fig18": {"thresholds": thresholds(r) if r.learners or r.federation else {},
+                      "rows": time_to_quality(r),
+                      "validations": {f"{n}@{seed}": pts for (n, seed), pts in r.learners.items()},
+                      "federation": federation_quality(r),
+                      "federation_validations": {f"{n}@{seed}": m for (n, seed), m in r.federation.items()}},
             "test": {spec: {k: row[k] for k in ("avg_jct", "avg_jct_ci95", "completed", "jobs")}
                      for spec, row in r.test.items()},
             "runs": {rec.name: {"best": str(rec.best), "best_update": rec.best_row.update,

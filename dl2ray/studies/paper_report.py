@@ -12,6 +12,7 @@ from dl2ray.studies.paper import (
     PaperResult,
     ablation_table,
     curve_summary,
+    federation_quality,
     teachers_table,
     time_to_quality,
     unseen_table,
@@ -195,28 +196,46 @@ def markdown(r: PaperResult, command: str) -> str:
               "shuffled away.", ""]
     lines += fig15(r)
     lines += fig18(r)
-    lines += ["## Not produced by this command yet", "", "Fig. 18's two-member federation: issue 37.", ""]
     return "\n".join(lines)
 
 
 def fig18(r: PaperResult) -> list[str]:
-    """Fig. 18's section: time to each validation threshold for 1 learner and N A3C agents."""
+    """Fig. 18's section: time to each validation level for 1 and N A3C agents, and the slots of its own
+    experience a member needs alone and in a federation."""
+    lines = ["## Fig. 18: time to quality, A3C agents and a federation's members", "",
+             "The paper: with N clusters the policy converges almost N times faster. Every run starts from "
+             f"the {r.settings.teachers[0].upper()} student and runs alone on this machine.", ""]
     rows = time_to_quality(r)
-    lines = ["## Fig. 18: time to quality, 1 learner and A3C agents", ""]
     if not any(row["agents"] > 1 for row in rows):
-        return [*lines, "Not run: no multi-agent trainer (the `clusters` plugin's A3C on Ray) was "
-                "available, or `--agents` named none.", ""]
-    lines += ["Wall-clock on this machine (the single learner shared the cores with another run; A3C "
-              "agents had the machine), and updates per agent (experience per cluster) at the first "
-              "validation at or below each level; `/ 1 learner` is per seed. The paper: with N clusters "
-              "the policy converges almost N times faster.", "",
-              "| level (validation JCT) | agents | seeds there | minutes | updates per agent | / 1 learner |",
+        lines += ["A3C: not run (no multi-agent trainer: the `clusters` plugin's A3C on Ray, or `--agents` "
+                  "named none).", ""]
+    else:
+        lines += ["A3C: wall-clock and updates per agent (experience per cluster) at the first validation "
+                  "at or below each level; `/ 1 agent` is per seed.", "",
+                  "| level (validation JCT) | agents | seeds there | minutes | updates per agent "
+                  "| / 1 agent |",
+                  "|---|---|---|---|---|---|"]
+        for row in rows:
+            minutes, per_agent, ratio = (
+                _pm(row[k], d) if row[k] is not None else "–"
+                for k, d in (("minutes", 1), ("updates_per_agent", 1), ("vs_one", 3)))
+            lines.append(f"| {row['threshold']} ({_f(row['level'])}) | {row['agents']} | "
+                         f"{row['reached']}/{row['seeds']} | {minutes} | {per_agent} | {ratio} |")
+        lines.append("")
+    fed = federation_quality(r)
+    if not any(row["members"] > 1 for row in fed):
+        return [*lines, "Federation: not run (no federation runner: the `clusters` plugin, or "
+                "`--federation 0`).", ""]
+    lines += ["Federation: the slots of its own cluster's experience a member had at its first validation "
+              "at or below each level (mean over the members that got there), and the minutes; "
+              "`/ alone` is per seed, against a member learning alone.", "",
+              "| level (validation JCT) | members | seeds there | slots per member | minutes | / alone |",
               "|---|---|---|---|---|---|"]
-    for row in rows:
-        minutes, per_agent, ratio = (_pm(row[k], d) if row[k] is not None else "–"
-                                     for k, d in (("minutes", 1), ("updates_per_agent", 1), ("vs_one", 3)))
-        lines.append(f"| {row['threshold']} ({_f(row['level'])}) | {row['agents']} | "
-                     f"{row['reached']}/{row['seeds']} | {minutes} | {per_agent} | {ratio} |")
+    for row in fed:
+        slots, minutes, ratio = (_pm(row[k], d) if row[k] is not None else "–"
+                                 for k, d in (("slots_per_member", 0), ("minutes", 1), ("vs_alone", 3)))
+        lines.append(f"| {row['threshold']} ({_f(row['level'])}) | {row['members']} | "
+                     f"{row['reached']}/{row['seeds']} | {slots} | {minutes} | {ratio} |")
     return [*lines, ""]
 
 

@@ -532,6 +532,9 @@ def test_member_turns_by_mode(learner, tmp_path, tiny_yaml, mode):
     else:
         assert st["pushed"] == 0 and gp.opt.updates == 0 and rec["pulls"] == st["pulls"] == 2
     assert st["validations"] == 1 and rec["drf_jct"] > 0 and rec["val_jct"] > 0  # its own validation traces
+    [(pushed, slots, seconds, jct)] = agent.validations()  # what Fig. 18's federation row reads
+    assert jct == rec["val_jct"] and seconds > 0
+    assert (pushed, slots) == ((2, st["slots"]) if mode == "learn" else (0, 0))
     assert rec["val_update"] == st["version"]
 
 

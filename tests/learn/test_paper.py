@@ -9,7 +9,14 @@ import pytest
 import yaml
 from support import run_cli, tiny_shape_config
 
-from dl2ray.studies.paper import PaperResult, PaperSettings, plans, thresholds, time_to_quality
+from dl2ray.studies.paper import (
+    PaperResult,
+    PaperSettings,
+    federation_quality,
+    plans,
+    thresholds,
+    time_to_quality,
+)
 
 TINY = tiny_shape_config()
 
@@ -52,10 +59,15 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
                                                      "zero-advantage", "no-replay"}
     assert {"rl-only", "drf@0", "sl-drf", "drf", "optimus", "planner"} <= set(doc["fig10"]["summary"])
     assert doc["fig10"]["wall"] and all(sec >= 0 for sec, _, _ in doc["fig10"]["wall"])
-    # Fig. 18: the single learner and 2 A3C agents (Ray), each with its validations against wall-clock
+    # Fig. 18: 1 and 2 A3C agents (Ray), each with its validations against wall-clock; a member alone and
+    # a federation of 2, each member validated after its one push (own pushes, own slots, seconds, JCT)
     assert set(doc["fig18"]["validations"]) == {"1@0", "2@0"}
     assert {row["agents"] for row in doc["fig18"]["rows"]} == {1, 2}
-    assert (out / "a3c2@0.best.pt").is_file()
+    assert (out / "a3c1@0.best.pt").is_file() and (out / "a3c2@0.best.pt").is_file()
+    fed = doc["fig18"]["federation_validations"]
+    assert set(fed) == {"1@0", "2@0"} and [len(m) for m in fed["2@0"]] == [1, 1]
+    assert all(pushed == 1 and slots > 0 and jct > 0 for m in fed["2@0"] for pushed, slots, _, jct in m)
+    assert {row["members"] for row in doc["fig18"]["federation"]} == {1, 2}
     # Fig. 15: a student of 4 of the 8 types, then one update per phase with 4, 6, 8 types, each phase from
     # the one before it, every point validated on every type
     fig15 = doc["fig15"]
@@ -86,6 +98,7 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     (["--workers", "0"], "--workers: must be at least 1"),
     (["--agents", "1"], "--agents: '1': each count at least 2"),
     (["--agents", "two"], "--agents: 'two': comma-separated"),
+    (["--federation", "1"], "--federation 1: 0 (none) or at least 2"),
 ])
 def test_bad_paper_options_exit_2(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "experiment", "paper", "--quick", *argv, "--out", str(tmp_path / "p"))
@@ -119,6 +132,29 @@ def test_time_to_quality_is_the_first_validation_at_or_below_each_level():
     planner2 = rows[("1.10× planner", 2)]
     assert planner2["reached"] == 1 and planner2["vs_one"]["values"] == [0.5]
     assert rows[("1.10× planner", 1)]["updates_per_agent"]["values"] == [10.0]
+
+
+def test_a_federation_member_s_time_to_quality_is_its_own_slots_at_its_first_validation_there():
+    curve = [(0, "sl-drf", 20.0), (0, "optimus", 12.0), (0, "planner", 10.0), (0, "drf", 15.0)]
+    federation = {  # per member: (own pushes, own slots, seconds, validation JCT)
+        (1, 0): [[(2, 100, 60.0, 19.0), (4, 200, 120.0, 17.0), (6, 300, 180.0, 11.5)]],
+        (2, 0): [[(2, 90, 60.0, 17.5), (4, 190, 120.0, 11.8)],  # Optimus's level at 190 slots
+                 [(2, 110, 60.0, 16.0), (4, 210, 120.0, 13.0)]],  # at 0.90x the student, never Optimus's
+        (1, 1): [[(2, 100, 60.0, 19.5)]],  # never anywhere
+        (2, 1): [[(2, 50, 30.0, 17.0)], [(2, 70, 30.0, 19.0)]],
+    }
+    r = _result(curve, {})
+    r.federation = federation
+    rows = {(row["threshold"], row["members"]): row for row in federation_quality(r)}
+    alone, two = rows[("0.90× student", 1)], rows[("0.90× student", 2)]
+    assert alone["reached"] == 1 and alone["slots_per_member"]["values"] == [200.0]
+    assert two["reached"] == 2 and two["slots_per_member"]["values"] == [100.0, 50.0]  # mean of members there
+    assert two["vs_alone"]["values"] == [0.5]  # seed 1: nothing alone to compare with
+    optimus = rows[("Optimus", 2)]
+    assert optimus["slots_per_member"]["values"] == [190.0] and optimus["minutes"]["values"] == [2.0]
+    assert optimus["vs_alone"]["values"] == [pytest.approx(190 / 300)]
+    assert rows[("1.10× planner", 2)]["reached"] == 0 and rows[("1.10× planner", 2)]["vs_alone"] is None
+    assert time_to_quality(r) == []  # no A3C runs: no A3C rows
 
 
 def test_unseen_types_arrive_in_phases_each_from_the_last_weights_of_the_one_before(tmp_path):
