@@ -48,11 +48,16 @@ lint: $(STAMP)
 
 # The suite in two stages: every test not marked `slow` (stage 1, CI's first stage), then the slow ones
 # (live clusters, Ray heads of their own, end-to-end training runs; stage 2). `make test` runs both.
+# Each stage runs on TEST_WORKERS pytest-xdist processes, a test file per worker at a time (its module
+# fixtures stay in one process; each worker starts its own session Ray); TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
+
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow --durations=20
+	$(BIN)/python -m pytest -m slow --durations=20 $(XDIST)
 
 # Chromium and its driver for tests/clusters/test_dashboard_live.py (skipped without them, except on CI):
 # Debian's chromium + chromium-driver when either is missing (apt-get as root, else through sudo).
