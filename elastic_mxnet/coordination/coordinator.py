@@ -250,6 +250,13 @@ class Coordinator:
     def _declare_dead(self, member: Member) -> None:
         self._forget(member)
         if member.state != "member":
+            # Before the first plan every registered member is one the job was started with: one that dies
+            # then (a PS that missed its heartbeats on a loaded machine) is spawned again, or the job would
+            # wait for it forever. Later a standby is a spare; its loss changes nothing.
+            if self.state == "waiting" and self.spawner is not None:
+                log.warning("%s %d died before the job started: spawning another", member.role,
+                            member.member_id)
+                self.spawner.spawn("ps" if member.role == "ps" else "worker", self.address)
             return
         (self.failed_ps if member.role == "ps" else self.failed_workers).add(member.member_id)
         if member.role == "ps" and self.spawner is not None and self.state != "stopping":

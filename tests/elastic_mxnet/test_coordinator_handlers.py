@@ -331,6 +331,22 @@ def test_a_silent_worker_is_dropped_by_a_recovery_plan(coords) -> None:
     assert c.state == "running" and c.plan == plan and c.failed_workers == set()
 
 
+def test_a_member_that_dies_before_the_job_starts_is_spawned_again(coords) -> None:
+    """A PS that misses its heartbeats while the job waits for its first members (a loaded machine) is
+    dropped and another is spawned; the job starts once the replacement registers."""
+    coords.append(c := make(spawner=(sp := FakeSpawner())))
+    now = time.monotonic()
+    ps0 = register_ps(c, b"ps0")
+    c._tick(now + 3.0)  # ps0 silent for longer than the 2 s timeout; no worker yet
+    assert ps0 not in c.members and c.state == "waiting" and sp.spawned == ["ps"]
+    register_worker(c, b"w0")
+    c._tick(time.monotonic())
+    assert c.op is None  # still no PS
+    register_ps(c, b"ps1")
+    c._tick(time.monotonic())
+    assert c.op is not None and c.op.change == "start" and c.state == "starting"
+
+
 def test_a_dead_ps_is_replaced_by_a_spare_which_restores_its_chunks(coords) -> None:
     coords.append(c := make(spawner=(sp := FakeSpawner())))
     ids = running(c, ps=1, workers=1)
