@@ -108,25 +108,34 @@ def spread(values: Sequence[float]) -> dict:
     return {"n": len(values), "mean": float(arr.mean()), "std": std, "values": [float(v) for v in arr]}
 
 
+def _rows(first_at: dict[tuple[int, int], tuple[float, float] | None], size: str, ratio: str,
+          columns: tuple[str, str], base: dict) -> list[dict]:
+    """One row per run size: over seeds, the spread of each of the two measures at the first validation at
+    or below the level (``first_at[(size, seed)]``: None where it never got there), and the first measure's
+    ratio, per seed, to the size-1 run's (``ratio``)."""
+    rows = []
+    for n in sorted({n for n, _ in first_at}):
+        got = {seed: v for (m, seed), v in first_at.items() if m == n and v is not None}
+        ratios = [got[seed][0] / one[0] for seed in got
+                  if (one := first_at.get((1, seed))) is not None and one[0] > 0]
+        measures = {c: spread([v[k] for v in got.values()]) if got else None for k, c in enumerate(columns)}
+        rows.append({**base, size: n, "reached": len(got), **measures,
+                     ratio: spread(ratios) if ratios else None})
+    return rows
+
+
 def a3c_to_quality(points: A3CPoints, lv: dict[str, float], seeds: int) -> list[dict]:
     """Per level and agent count, over seeds: the minutes and the updates per agent at the first
     validation at or below the level, and the minutes' ratio to the one-agent run's on the same seed
     (``vs_one``)."""
     rows = []
-    counts = sorted({n for n, _ in points})
     for name, level in lv.items():
         first_at: dict[tuple[int, int], tuple[float, float] | None] = {}
         for (n, seed), pts in points.items():
             hit = next(((u, sec) for u, sec, j in sorted(pts) if j <= level), None)
             first_at[(n, seed)] = None if hit is None else (hit[1] / 60, hit[0] / n)
-        for n in counts:
-            got = {seed: v for (m, seed), v in first_at.items() if m == n and v is not None}
-            ratios = [got[seed][0] / one[0] for seed in got
-                      if (one := first_at.get((1, seed))) is not None and one[0] > 0]
-            rows.append({"threshold": name, "level": level, "agents": n, "seeds": seeds, "reached": len(got),
-                         "minutes": spread([v[0] for v in got.values()]) if got else None,
-                         "updates_per_agent": spread([v[1] for v in got.values()]) if got else None,
-                         "vs_one": spread(ratios) if ratios else None})
+        rows += _rows(first_at, "agents", "vs_one", ("minutes", "updates_per_agent"),
+                      {"threshold": name, "level": level, "seeds": seeds})
     return rows
 
 
@@ -135,7 +144,6 @@ def federation_to_quality(points: FedPoints, lv: dict[str, float], seeds: int) -
     validation at or below the level (the mean over the members that got there), the minutes, and the
     slots' ratio to the lone member's on the same seed (``vs_alone``)."""
     rows = []
-    sizes = sorted({n for n, _ in points})
     for name, level in lv.items():
         first_at: dict[tuple[int, int], tuple[float, float] | None] = {}
         for (n, seed), members in points.items():
@@ -144,12 +152,6 @@ def federation_to_quality(points: FedPoints, lv: dict[str, float], seeds: int) -
             there = [h for h in hits if h is not None]
             first_at[(n, seed)] = ((float(np.mean([h[0] for h in there])),
                                     float(np.mean([h[1] for h in there])) / 60) if there else None)
-        for n in sizes:
-            got = {seed: v for (m, seed), v in first_at.items() if m == n and v is not None}
-            ratios = [got[seed][0] / one[0] for seed in got
-                      if (one := first_at.get((1, seed))) is not None and one[0] > 0]
-            rows.append({"threshold": name, "level": level, "members": n, "seeds": seeds, "reached": len(got),
-                         "slots_per_member": spread([v[0] for v in got.values()]) if got else None,
-                         "minutes": spread([v[1] for v in got.values()]) if got else None,
-                         "vs_alone": spread(ratios) if ratios else None})
+        rows += _rows(first_at, "members", "vs_alone", ("slots_per_member", "minutes"),
+                      {"threshold": name, "level": level, "seeds": seeds})
     return rows
