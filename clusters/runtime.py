@@ -48,6 +48,21 @@ def start_ray(cpus: int) -> bool:
     return True
 
 
+@contextmanager
+def ray_session(cpus: int) -> Iterator[None]:
+    """A local Ray instance with ``cpus`` CPUs (at least the machine's) for the block, so that several runs
+    in a row (Fig. 18's A3C and federation runs) do not each start and stop their own; one already running
+    is kept and left running."""
+    started = start_ray(max(cpus, os.cpu_count() or 1))
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
 def connect(address: str | None, namespace: str | None = None) -> Any:
     """A driver on the Ray cluster at ``address`` (None: ``RAY_ADDRESS``); this process's own when it is
     connected already (tests, scripts). UserError when nothing answers there. Returns the ``ray`` module."""

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clusters.runtime import start_ray
+from clusters.runtime import ray_session, start_ray
 from dl2ray.config import load_config
 from dl2ray.errors import UserError
 from dl2ray.evaluation.report import emit
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from dl2ray.cli.commands import Plugins
     from dl2ray.config import ExperimentConfig
@@ -27,20 +26,6 @@ def register_a3c(plugins: Plugins) -> None:
     plugins.groups["bench"].command("a3c")(bench_a3c)
     plugins.multi_agent_rl = train_multi_agent
     plugins.ray_session = ray_session
-
-
-@contextmanager
-def ray_session(cpus: int) -> Iterator[None]:
-    """A local Ray instance with ``cpus`` CPUs (at least the machine's) for several runs in a row (Fig. 18's
-    A3C and federation runs), so that each does not start and stop its own; one already running is kept."""
-    started = start_ray(max(cpus, os.cpu_count() or 1))
-    try:
-        yield
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
 
 
 def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, seed: int, out: Path,

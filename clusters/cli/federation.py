@@ -31,16 +31,10 @@ def federated_rl(cfg, init: Path, members: int, pushes: int, seed: int, options,
     """Fig. 18's federation runner (:func:`clusters.federation.quality.federated_rl`) on a local Ray
     instance it starts (and stops) when none is running."""
     from clusters.federation.quality import federated_rl as run
-    from clusters.runtime import start_ray
+    from clusters.runtime import ray_session
 
-    started = start_ray(2)
-    try:
+    with ray_session(2):
         return run(cfg, init, members, pushes, seed, options, out)
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
 
 
 @federation_app.command("check")

@@ -36,7 +36,7 @@ Validations = list[tuple[int, int, float, float]]
 """One member's ``(own pushes, own slots of experience, seconds since it started, validation avg JCT)``."""
 
 
-def member_specs(members: int, options: RLOptions, seed: int) -> list[MemberSpec]:
+def _specs(members: int, options: RLOptions, seed: int) -> list[MemberSpec]:
     """``members`` learn members ``m0 …``: disjoint training traces, the same validation traces."""
     if options.algo not in ("pg", "counterfactual"):
         raise UserError(f"--algo {options.algo}: a federation member learns the shape policy by pg or "
@@ -56,7 +56,7 @@ def federated_rl(cfg: ExperimentConfig, init: Path, members: int, pushes: int, s
     if members < 1 or pushes < 1:
         raise UserError(f"a federation of {members} members with {pushes} pushes each: both at least 1")
     cfg = with_hidden_of(cfg, init)
-    specs = member_specs(members, options, seed)
+    specs = _specs(members, options, seed)
     a3c = A3COptions(agents=members, traces=members * options.traces, val_every=None,
                      checkpoint_every=max(members * pushes, 1), critic=options.critic,
                      exploration=options.exploration, max_grad_norm=options.max_grad_norm)

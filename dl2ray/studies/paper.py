@@ -233,7 +233,8 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
     federation: FedPoints = {}
     a3c = multi is not None and bool(s.agents)
     fed = federated is not None and s.federation > 0
-    with (session or (lambda cpus: nullcontext()))(max((*s.agents, 2))) if a3c or fed else nullcontext():
+    held = session(max((*s.agents, 2))) if session is not None and (a3c or fed) else nullcontext()
+    with held:
         if a3c:
             assert multi is not None
             clock_a3c = time.perf_counter()

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from json_out import print_json
 
-from clusters.cli.a3c import ray_session, train_multi_agent
+from clusters.cli.a3c import train_multi_agent
 from clusters.federation.quality import federated_rl
+from clusters.runtime import ray_session
 from dl2ray import seeds as seedsets
 from dl2ray.config import load_config
 from dl2ray.learn.validation import heuristic_jct, validate

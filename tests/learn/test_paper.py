@@ -65,8 +65,9 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     assert {row["agents"] for row in doc["fig18"]["rows"]} == {1, 2}
     assert (out / "a3c1@0.best.pt").is_file() and (out / "a3c2@0.best.pt").is_file()
     fed = doc["fig18"]["federation_validations"]
-    assert set(fed) == {"1@0", "2@0"} and [len(m) for m in fed["2@0"]] == [1, 1]
-    assert all(pushed == 1 and slots > 0 and jct > 0 for m in fed["2@0"] for pushed, slots, _, jct in m)
+    # (the run ends on the learner's update count: a member that starts sooner may push, and validate, more)
+    assert set(fed) == {"1@0", "2@0"} and all(len(m) >= 1 for m in fed["2@0"])
+    assert all(m[0][0] == 1 and m[0][1] > 0 and m[0][3] > 0 for m in fed["2@0"])
     assert {row["members"] for row in doc["fig18"]["federation"]} == {1, 2}
     # Fig. 15: a student of 4 of the 8 types, then one update per phase with 4, 6, 8 types, each phase from
     # the one before it, every point validated on every type
