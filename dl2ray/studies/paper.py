@@ -266,8 +266,6 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
 # -- what the report shows --------------------------------------------------------------------------
 
 
-
-
 def teachers_table(r: PaperResult) -> list[dict]:
     """Fig. 16: per teacher, its test JCT, its student's, online RL's over seeds and the control's."""
     by_name = {rec.name: rec for rec in r.records}

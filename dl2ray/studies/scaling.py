@@ -70,7 +70,8 @@ def validation_seconds(tb: Path) -> list[tuple[int, float, float]]:
 def a3c_runs(cfg: ExperimentConfig, init: Path, options: RLOptions, updates: int, seeds: Sequence[int],
              agents: Sequence[int], out: Path, multi: MultiAgent) -> A3CPoints:
     """The A3C runs (module docstring): ``OUT/a3cN@SEED.pt`` (and ``.tb``) per agent count and seed, each
-    resumed if there; their points."""
+    resumed if there, and read back without starting its agents if its run record says it is done; their
+    points."""
     points: A3CPoints = {}
     for seed in seeds:
         for n in agents:
@@ -78,10 +79,18 @@ def a3c_runs(cfg: ExperimentConfig, init: Path, options: RLOptions, updates: int
             # per agent, as the one-agent run does
             opts = replace(options, replay=False, val_every=options.val_every * n)
             path = out / f"a3c{n}@{seed}.pt"
-            multi(cfg, init, updates * n, seed, path, opts, n, path.with_suffix(".tb"), True,
-                  lambda updates, val: None)
+            if not _done(path, updates * n):
+                multi(cfg, init, updates * n, seed, path, opts, n, path.with_suffix(".tb"), True,
+                      lambda updates, val: None)
             points[(n, seed)] = validation_seconds(path.with_suffix(".tb"))
     return points
+
+
+def _done(checkpoint: Path, updates: int) -> bool:
+    """Whether the run of ``checkpoint`` has written its record (``.json`` beside it) with ``updates`` or
+    more updates applied."""
+    record = checkpoint.with_suffix(".json")
+    return record.exists() and int(json.loads(record.read_text()).get("updates", 0)) >= updates
 
 
 def federation_runs(cfg: ExperimentConfig, init: Path, options: RLOptions, updates: int, seeds: Sequence[int],

@@ -198,3 +198,29 @@ def test_the_unseen_curve_joins_the_phases_and_sets_each_arrival_beside_the_idea
         (0, 10.0, 11.0), (2, 9.0, 11.0), (4, 12.0, 8.0), (6, 8.0, 7.5)]
     assert rows[-1]["what"] == "end" and rows[-1]["unseen_vs_planner"] == 1.0
     assert rows[1]["what"] == "now 6 types"
+
+
+def test_a_finished_a3c_run_is_read_back_and_one_stopped_short_is_resumed(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from dl2ray.studies.scaling import a3c_runs
+
+    calls: list[tuple[int, int, bool]] = []
+
+    def multi(cfg, init, updates, seed, path, opts, agents, logdir, resume, progress):
+        calls.append((agents, updates, resume))
+        with SummaryWriter(str(logdir)) as w:
+            w.add_scalar("rl/val_avg_jct", 9.0 + agents, updates)
+        path.with_suffix(".json").write_text(json.dumps({"updates": updates}))
+
+    def runs():
+        return a3c_runs(TINY, tmp_path / "sl.pt", PaperSettings(updates=3).options(), 3, (0,), (1, 2),
+                        tmp_path, multi)
+
+    first = runs()
+    assert calls == [(1, 3, True), (2, 6, True)]
+    assert [(u, j) for u, _, j in first[(2, 0)]] == [(6, 11.0)]
+    assert runs() == first and len(calls) == 2  # both done: nothing started again
+    (tmp_path / "a3c2@0.json").write_text(json.dumps({"updates": 4}))  # stopped at 4 of 6
+    runs()
+    assert calls[2:] == [(2, 6, True)]
