@@ -88,9 +88,11 @@ def a3c_runs(cfg: ExperimentConfig, init: Path, options: RLOptions, updates: int
 
 def _done(checkpoint: Path, updates: int) -> bool:
     """Whether the run of ``checkpoint`` has written its record (``.json`` beside it) with ``updates`` or
-    more updates applied."""
-    record = checkpoint.with_suffix(".json")
-    return record.exists() and int(json.loads(record.read_text()).get("updates", 0)) >= updates
+    more updates applied; a record that cannot be read counts as not done (the trainer's resume decides)."""
+    try:
+        return int(json.loads(checkpoint.with_suffix(".json").read_text()).get("updates", 0)) >= updates
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
 
 
 def federation_runs(cfg: ExperimentConfig, init: Path, options: RLOptions, updates: int, seeds: Sequence[int],
