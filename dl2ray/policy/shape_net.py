@@ -61,6 +61,8 @@ class ShapePolicyNet(nn.Module):
             self.row_out = nn.Linear(head, 1, bias=False)
 
     def forward(self, x: torch.Tensor, present: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Padded layout: ``x`` (B, n, F), ``present`` (B, n), ``g`` (B, G) → (B, n, K) (padding rows'
+        logits are those of a job with ``x`` all zeros; callers mask them)."""
         cols = self.enc.job_columns
         h = self.embed(x[..., :cols])  # (B, n, H)
         keep = present.unsqueeze(-1)
@@ -68,11 +70,29 @@ class ShapePolicyNet(nn.Module):
         mean = (h * keep).sum(dim=1) / count
         mx = h.masked_fill(~keep, 0.0).amax(dim=1)  # h ≥ 0 (ReLU), so 0 is a neutral pad
         ctx = torch.cat([mean, mx, g], dim=-1).unsqueeze(1).expand(-1, h.shape[1], -1)
-        hc = torch.cat([h, ctx], dim=-1)
+        return self._logits(x, torch.cat([h, ctx], dim=-1))
+
+    def packed(self, x: torch.Tensor, slot: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Packed layout, no padding: ``x`` (N, F) the job rows of ``B`` slots, ``slot`` (N,) int64 the
+        slot of each row, ``g`` (B, G) → (N, K); row for row what :meth:`forward` gives on the same
+        slots padded (the context is each slot's mean and max over its own rows). A learner's batch of
+        slots holds on average well under half its largest slot's jobs, so this is what training runs."""
+        cols = self.enc.job_columns
+        h = self.embed(x[:, :cols])  # (N, H)
+        B, H = g.shape[0], h.shape[1]
+        count = torch.zeros(B, dtype=h.dtype).index_add_(0, slot, torch.ones_like(slot, dtype=h.dtype))
+        mean = torch.zeros(B, H, dtype=h.dtype).index_add(0, slot, h) / count.clamp(min=1)[:, None]
+        # h ≥ 0 (ReLU): the zeros it starts from are the padded layout's neutral pad
+        mx = torch.zeros(B, H, dtype=h.dtype).scatter_reduce(0, slot[:, None].expand(-1, H), h, "amax")
+        ctx = torch.cat([mean, mx, g], dim=-1)[slot]  # (N, 2H + G)
+        return self._logits(x, torch.cat([h, ctx], dim=-1))
+
+    def _logits(self, x: torch.Tensor, hc: torch.Tensor) -> torch.Tensor:
+        """``(..., K)``: the head and the row term over ``hc = [h_j, c]`` (..., 3H + G) and ``x``'s rows."""
         logits = self.out(torch.relu(self.hidden(hc)))
         if self.enc.profile:
-            rows = x[..., cols:].reshape(*x.shape[:-1], self.enc.num_shapes, self.enc.row_dim)  # (B, n, K, R)
-            z = torch.relu(self.row_job(hc).unsqueeze(-2) + self.row_in(rows))  # (B, n, K, head)
+            rows = x[..., self.enc.job_columns:].reshape(*x.shape[:-1], self.enc.num_shapes, self.enc.row_dim)
+            z = torch.relu(self.row_job(hc).unsqueeze(-2) + self.row_in(rows))  # (..., K, head)
             logits = logits + self.row_out(z).squeeze(-1)
         return logits
 

@@ -116,3 +116,33 @@ def test_numpy_equals_torch_and_the_checkpoint_round_trips(tmp_path):
         load_shape_checkpoint(path, expect=plain)
     dec = decide_shapes(v, ENC, NumpyShapePolicy(back).logits(x, g))
     assert set(dec.allocation.tasks) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("enc", [ENC, ShapeEncoding(ENC.num_types, ENC.menu, ENC.slots_run_scale,
+                                                    ENC.work_conserving)], ids=["profile", "plain"])
+def test_the_packed_layout_scores_every_job_as_the_padded_one(enc):
+    """Training's packed batches (no padding, each slot's context over its own rows) give the padded
+    layout's logits and gradients, for slots of different sizes (an empty one included)."""
+    from dl2ray.learn.shape.sl import PackedSlots, SlotSample
+
+    net = build_shape_policy(enc, (16, 16), 8, seed=2)
+    sizes = [3, 1, 0, 5]
+    slots = []
+    for b, n in enumerate(sizes):
+        v = view(*[job(10 * b + i, CAT.names[(b + 3 * i) % len(CAT)], done=7.0 * i) for i in range(n)])
+        x, g = job_features(v, enc)
+        slots.append(SlotSample(x, g, np.ones((n, enc.num_shapes), bool), np.zeros(n, np.int64)))
+    packed = PackedSlots.of(slots, enc.num_shapes)
+    assert packed.jobs == sum(sizes) and packed.start.tolist() == [0, 3, 4, 4]
+    width = max(sizes)
+    x = torch.zeros(len(sizes), width, packed.x.shape[1])
+    present = torch.zeros(len(sizes), width, dtype=torch.bool)
+    for b, s in enumerate(slots):
+        x[b, :len(s.actions)], present[b, :len(s.actions)] = torch.from_numpy(s.x), True
+    padded = net(x, present, packed.g)[present]
+    rows = net.packed(packed.x, packed.slot, packed.g)
+    torch.testing.assert_close(rows, padded, rtol=1e-5, atol=1e-5)
+    weights = torch.linspace(-1, 1, rows.numel()).reshape(rows.shape)
+    grads = [torch.autograd.grad((out * weights).sum(), list(net.parameters())) for out in (padded, rows)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -61,7 +61,7 @@ import torch
 from scipy.optimize import minimize_scalar
 
 from dl2ray.learn.actor_critic import masked_entropy
-from dl2ray.learn.shape.sl import PaddedSlots, SlotSample
+from dl2ray.learn.shape.sl import PackedSlots, SlotSample, masked_job_logits
 from dl2ray.policy.shape import ShapeEncoding, job_features
 from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
@@ -236,10 +236,9 @@ def solve_eta(adv: list[np.ndarray], prior: list[np.ndarray], kl: float) -> floa
     return float(np.exp(res.x))
 
 
-def _all_jobs_logp(net: ShapePolicyNet, batch: PaddedSlots) -> torch.Tensor:
-    """``log π(·|s, j)`` of every job of every slot (B, n, K), 0 on disallowed rows."""
-    logits = net(batch.x, batch.present, batch.g).masked_fill(~batch.masks, float("-inf"))
-    return torch.log_softmax(logits, dim=-1).masked_fill(~batch.masks, 0.0)
+def _all_jobs_logp(net: ShapePolicyNet, batch: PackedSlots) -> torch.Tensor:
+    """``log π(·|s, j)`` of every job of every slot (N, K), 0 on disallowed rows."""
+    return torch.log_softmax(masked_job_logits(net, batch), dim=-1).masked_fill(~batch.masks, 0.0)
 
 
 class ImprovementTarget:
@@ -256,9 +255,10 @@ class ImprovementTarget:
         self.empty = not tries
         if self.empty:
             return
-        self.batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
-        self.ts = torch.tensor([t.slot for t in tries])
-        self.tj = torch.tensor([t.job for t in tries])
+        self.batch = PackedSlots.of(data.slots, net.enc.num_shapes)
+        # each try's job as a row of the packed batch
+        slot, job = torch.tensor([t.slot for t in tries]), torch.tensor([t.job for t in tries])
+        self.tried_rows = self.batch.start[slot] + job
         self.masks = torch.from_numpy(np.stack([t.mask for t in tries]))
         width = max(len(t.actions) for t in tries)
         rows = np.zeros((len(tries), width), np.int64)
@@ -267,7 +267,7 @@ class ImprovementTarget:
             rows[i, :len(t.actions)], tried[i, :len(t.actions)] = t.actions, True
         self.rows, self.tried = torch.from_numpy(rows), torch.from_numpy(tried)
         with torch.no_grad():
-            logits = net(self.batch.x, self.batch.present, self.batch.g)[self.ts, self.tj]
+            logits = net.packed(self.batch.x, self.batch.slot, self.batch.g)[self.tried_rows]
             old = self._restricted_logp(logits).exp().numpy()
             self.before = _all_jobs_logp(net, self.batch)
         adv = [t.advantages if control is None else control.permutation(t.advantages) for t in tries]
@@ -293,7 +293,7 @@ class ImprovementTarget:
 
     def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``−mean_j Σ_{a∈T_j} t_j(a)·log π_θ(a | T_j) − β·H``, and the tried jobs' mean entropy (nats)."""
-        logits = net(self.batch.x, self.batch.present, self.batch.g)[self.ts, self.tj]
+        logits = net.packed(self.batch.x, self.batch.slot, self.batch.g)[self.tried_rows]
         logp = self._restricted_logp(logits).masked_fill(~self.tried, 0.0)
         entropy = masked_entropy(logits, self.masks).mean()
         return -(self.target * logp).sum(dim=1).mean() - entropy_weight * entropy, entropy
@@ -302,7 +302,7 @@ class ImprovementTarget:
         """Mean ``KL(π_old ‖ π_θ)`` (nats) over every job of the update's slots, tried or not."""
         with torch.no_grad():
             kl = (self.before.exp() * (self.before - _all_jobs_logp(net, self.batch))).sum(-1)
-            return float(kl[self.batch.present].mean())
+            return float(kl.mean())
 
 
 def improve_policy(net: ShapePolicyNet, opt: torch.optim.Optimizer, data: Collected, epochs: int, kl: float,

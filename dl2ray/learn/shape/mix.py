@@ -69,5 +69,5 @@ def mix_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
         if s.trust is not None and kl > s.trust:
             break
     return MixRow(update, *losses, pg.value_loss, kl, entropy, tries.reward,
-                  0.0 if cf.empty else cf.mean_gain, pg.mean_credit, len(tries.tries), int(pg.keep.sum()),
+                  0.0 if cf.empty else cf.mean_gain, pg.mean_credit, len(tries.tries), pg.decisions,
                   tries.rollouts, played.episodes, steps)

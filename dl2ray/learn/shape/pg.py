@@ -58,7 +58,7 @@ from torch import nn
 from dl2ray.envs.cluster_env import ClusterEnvironment
 from dl2ray.learn.actor_critic import masked_entropy
 from dl2ray.learn.records import PolicyGradientRow
-from dl2ray.learn.shape.sl import PaddedSlots, SlotSample, masked_job_logits
+from dl2ray.learn.shape.sl import PackedSlots, SlotSample, masked_job_logits
 from dl2ray.policy.shape import ShapeEncoding, job_features
 from dl2ray.policy.shape_decode import decide_shapes
 from dl2ray.policy.shape_net import NumpyShapePolicy, ShapePolicyNet
@@ -165,16 +165,16 @@ class OnPolicyCollector:
 
 
 class JobValue(nn.Module):
-    """``V(x_j, g)``: (B, n, F) job rows and (B, G) global rows → (B, n) values (standardised units)."""
+    """``V(x_j, g)``: (N, F) job rows, (N,) each row's slot and (B, G) the slots' global rows → (N,)
+    values (standardised units)."""
 
     def __init__(self, job_dim: int, global_dim: int, width: int) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(job_dim + global_dim, width), nn.ReLU(),
                                  nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
 
-    def forward(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        gg = g[:, None, :].expand(-1, x.shape[1], -1)
-        return self.net(torch.cat([x, gg], dim=-1)).squeeze(-1)
+    def forward(self, x: torch.Tensor, slot: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([x, g[slot]], dim=-1)).squeeze(-1)
 
 
 def build_job_value(enc: ShapeEncoding, width: int, seed: int) -> JobValue:
@@ -205,44 +205,42 @@ class SurrogateTarget:
 
     def __init__(self, net: ShapePolicyNet, value: JobValue, value_opt: torch.optim.Optimizer, data: Played,
                  epochs: int, control: np.random.Generator | None = None, critic: bool = True) -> None:
-        self.batch = batch = PaddedSlots.of(data.slots, net.enc.num_shapes)
-        self.keep = keep = batch.present
-        credit = torch.zeros(keep.shape)
-        for b, c in enumerate(data.credit):
-            credit[b, :len(c)] = torch.from_numpy(c)
-        target = credit[keep]
+        self.batch = batch = PackedSlots.of(data.slots, net.enc.num_shapes)
+        self.decisions = batch.jobs
+        target = torch.from_numpy(np.concatenate(data.credit).astype(np.float32, copy=False) if data.credit
+                                  else np.zeros(0, np.float32))
         self.mean_credit, sd = float(target.mean()), float(target.std()) + 1e-6
         z = (target - self.mean_credit) / sd
         self.value_loss = 0.0
         for _ in range(4 * epochs if critic else 0):
-            loss = ((value(batch.x, batch.g)[keep] - z) ** 2).mean()
+            loss = ((value(batch.x, batch.slot, batch.g) - z) ** 2).mean()
             value_opt.zero_grad()
             loss.backward()
             value_opt.step()
             self.value_loss = loss.item()
         with torch.no_grad():
-            adv = z - value(batch.x, batch.g)[keep] if critic else z
+            adv = z - value(batch.x, batch.slot, batch.g) if critic else z
             adv = (adv - adv.mean()) / (adv.std() + 1e-6)
             if control is not None:
                 adv = adv[torch.from_numpy(control.permutation(adv.shape[0]))]
             self.adv = adv
-            self.old = torch.log_softmax(masked_job_logits(net, batch), dim=-1)[keep]
-            self.old_logp = self.old.gather(1, batch.actions[keep][:, None]).squeeze(1)
+            self.old = torch.log_softmax(masked_job_logits(net, batch), dim=-1)
+            self.old_logp = self.old.gather(1, batch.actions[:, None]).squeeze(1)
 
     def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``−mean min(ρ·A, clip(ρ, 1±0.2)·A) − β·H`` over the job decisions, and their mean entropy."""
-        logits = masked_job_logits(net, self.batch)[self.keep]
+        logits = masked_job_logits(net, self.batch)
         logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(1, self.batch.actions[self.keep][:, None]).squeeze(1)
+        logp = logp_all.gather(1, self.batch.actions[:, None]).squeeze(1)
         ratio = torch.exp(logp - self.old_logp)
         surrogate = torch.minimum(ratio * self.adv, ratio.clamp(1 - CLIP, 1 + CLIP) * self.adv)
-        ent = masked_entropy(logits, self.batch.masks[self.keep]).mean()
+        ent = masked_entropy(logits, self.batch.masks).mean()
         return -surrogate.mean() - entropy_weight * ent, ent
 
     def moved(self, net: ShapePolicyNet) -> float:
         """Mean ``KL(π_old ‖ π_θ)`` (nats) over the update's job decisions."""
         with torch.no_grad():
-            new = torch.log_softmax(masked_job_logits(net, self.batch), dim=-1)[self.keep]
+            new = torch.log_softmax(masked_job_logits(net, self.batch), dim=-1)
             p_old = self.old.exp()
             kl = torch.where(p_old > 0, p_old * (self.old - new), torch.zeros_like(self.old))
             return float(kl.sum(1).mean())
@@ -269,5 +267,5 @@ def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
         if trust is not None and kl > trust:
             break
     return PolicyGradientRow(update, policy_loss, target.value_loss, kl, entropy, data.reward,
-                             target.mean_credit, len(data.slots), int(target.keep.sum()), data.episodes,
+                             target.mean_credit, len(data.slots), target.decisions, data.episodes,
                              steps)

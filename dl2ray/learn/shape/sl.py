@@ -147,45 +147,54 @@ def _record(cfg: ExperimentConfig, teacher: str, enc: ShapeEncoding, trace_seeds
 
 
 @dataclass
-class PaddedSlots:
-    """Slots stacked and padded to the largest: ``x`` (B, n, F), ``present`` (B, n), ``g`` (B, G),
-    ``masks`` (B, n, K) (padding rows allow only wait), ``actions`` (B, n) (0 on padding)."""
+class PackedSlots:
+    """Slots' job rows stacked without padding, in slot order: ``x`` (N, F), ``slot`` (N,) int64 each row's
+    slot, ``g`` (B, G), ``masks`` (N, K), ``actions`` (N,), ``start`` (B,) each slot's first row (job ``j``
+    of slot ``b`` is row ``start[b] + j``). :meth:`ShapePolicyNet.packed
+    <dl2ray.policy.shape_net.ShapePolicyNet.packed>` scores it."""
 
     x: torch.Tensor
-    present: torch.Tensor
+    slot: torch.Tensor
     g: torch.Tensor
     masks: torch.Tensor
     actions: torch.Tensor
+    start: torch.Tensor
 
     @classmethod
-    def of(cls, slots: Sequence[SlotSample], num_shapes: int) -> PaddedSlots:
-        B, n = len(slots), max((len(s.actions) for s in slots), default=0)
-        F = slots[0].x.shape[1] if slots else 0
-        x = np.zeros((B, n, F), np.float32)
-        present = np.zeros((B, n), bool)
-        masks = np.zeros((B, n, num_shapes), bool)
-        masks[:, :, 0] = True
-        actions = np.zeros((B, n), np.int64)
-        for b, s in enumerate(slots):
-            m = len(s.actions)
-            x[b, :m], present[b, :m], masks[b, :m], actions[b, :m] = s.x, True, s.masks, s.actions
-        g = np.stack([s.g for s in slots]) if slots else np.zeros((0, 0), np.float32)
-        return cls(torch.from_numpy(x), torch.from_numpy(present), torch.from_numpy(g),
-                   torch.from_numpy(masks), torch.from_numpy(actions))
+    def of(cls, slots: Sequence[SlotSample], num_shapes: int) -> PackedSlots:
+        if not slots:
+            none = torch.zeros(0, dtype=torch.int64)
+            no_masks = torch.zeros(0, num_shapes, dtype=torch.bool)
+            return cls(torch.zeros(0, 0), none, torch.zeros(0, 0), no_masks, none, none)
+        sizes = np.array([len(s.actions) for s in slots], np.int64)
+        start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+        def stacked(arrays: Sequence[np.ndarray], dtype: type) -> torch.Tensor:
+            return torch.from_numpy(np.concatenate(arrays).astype(dtype, copy=False))
+
+        return cls(stacked([s.x for s in slots], np.float32),
+                   torch.from_numpy(np.repeat(np.arange(len(slots)), sizes)),
+                   torch.from_numpy(np.stack([s.g for s in slots]).astype(np.float32, copy=False)),
+                   stacked([s.masks for s in slots], bool),
+                   stacked([np.asarray(s.actions) for s in slots], np.int64), torch.from_numpy(start))
+
+    @property
+    def jobs(self) -> int:
+        """N: the job decisions of the batch."""
+        return int(self.actions.shape[0])
 
 
-def masked_job_logits(net: ShapePolicyNet, batch: PaddedSlots) -> torch.Tensor:
-    """``(B, n, K)`` logits with disallowed menu rows at −inf."""
-    return net(batch.x, batch.present, batch.g).masked_fill(~batch.masks, float("-inf"))
+def masked_job_logits(net: ShapePolicyNet, batch: PackedSlots) -> torch.Tensor:
+    """``(N, K)`` logits with disallowed menu rows at −inf."""
+    return net.packed(batch.x, batch.slot, batch.g).masked_fill(~batch.masks, float("-inf"))
 
 
-def _loss_and_hits(net: ShapePolicyNet, batch: PaddedSlots,
+def _loss_and_hits(net: ShapePolicyNet, batch: PackedSlots,
                    smoothing: float) -> tuple[torch.Tensor, int, int]:
     logits = masked_job_logits(net, batch)
-    keep = batch.present
-    loss = smoothed_cross_entropy(logits[keep], batch.masks[keep], batch.actions[keep], smoothing)
-    hits = int((logits[keep].argmax(dim=1) == batch.actions[keep]).sum())
-    return loss, hits, int(keep.sum())
+    loss = smoothed_cross_entropy(logits, batch.masks, batch.actions, smoothing)
+    hits = int((logits.argmax(dim=1) == batch.actions).sum())
+    return loss, hits, batch.jobs
 
 
 def evaluate(net: ShapePolicyNet, data: Sequence[SlotSample], batch_slots: int = 256) -> tuple[float, float]:
@@ -193,7 +202,7 @@ def evaluate(net: ShapePolicyNet, data: Sequence[SlotSample], batch_slots: int =
     total, hits, jobs = 0.0, 0, 0
     with torch.inference_mode():
         for lo in range(0, len(data), batch_slots):
-            batch = PaddedSlots.of(data[lo:lo + batch_slots], net.enc.num_shapes)
+            batch = PackedSlots.of(data[lo:lo + batch_slots], net.enc.num_shapes)
             loss, h, n = _loss_and_hits(net, batch, 0.0)
             total, hits, jobs = total + float(loss) * n, hits + h, jobs + n
     return (total / jobs, hits / jobs) if jobs else (float("nan"), float("nan"))
@@ -213,7 +222,7 @@ def train(net: ShapePolicyNet, data: Sequence[SlotSample], val: Sequence[SlotSam
         total, hits, jobs = 0.0, 0, 0
         perm = gen.permutation(len(data))
         for lo in range(0, len(data), per_batch):
-            batch = PaddedSlots.of([data[i] for i in perm[lo:lo + per_batch]], net.enc.num_shapes)
+            batch = PackedSlots.of([data[i] for i in perm[lo:lo + per_batch]], net.enc.num_shapes)
             loss, h, n = _loss_and_hits(net, batch, smoothing)
             opt.zero_grad()
             loss.backward()
