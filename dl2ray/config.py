@@ -169,13 +169,30 @@ class SpeedConfig(_Frozen):
         default=1.0, gt=0, description="the cluster's cross-node bandwidth now over when the speeds were "
         "measured (0.5: the network halved after the profile was taken); enters through the placement "
         "factor, so communication-heavy types and layouts slow most and the best PS:worker ratio moves")
+    compute_scale: float | dict[str, float] = Field(
+        default=1.0, description="each job's per-iteration compute time now over when the speeds were "
+        "measured (0.5: accelerators twice as fast, bought after the profile was taken): one factor for "
+        "every type, or {type name: factor} (types left out: 1); enters through the placement factor, so "
+        "compute-bound types and layouts speed up most and communication weighs more: the best PS:worker "
+        "ratio moves")
 
     @model_validator(mode="after")
-    def _bandwidth_needs_placement(self) -> SpeedConfig:
-        if self.bandwidth_scale != 1.0 and self.model == "measured" and not self.placement_aware:
-            raise ValueError("bandwidth_scale: a changed network needs placement_aware: true "
+    def _changes_need_placement(self) -> SpeedConfig:
+        factors = (self.compute_scale.values() if isinstance(self.compute_scale, dict)
+                   else [self.compute_scale])
+        if not all(c > 0 for c in factors):
+            raise ValueError(f"compute_scale: {self.compute_scale}: every factor must be > 0")
+        changed = self.bandwidth_scale != 1.0 or any(c != 1.0 for c in factors)
+        if changed and self.model == "measured" and not self.placement_aware:
+            raise ValueError("bandwidth_scale, compute_scale: a changed cluster needs placement_aware: true "
                              "(it enters through the placement factor)")
         return self
+
+    @property
+    def compute_key(self) -> tuple:
+        """``compute_scale`` as a hashable key (a factor, or the sorted ``(type, factor)`` pairs)."""
+        c = self.compute_scale
+        return tuple(sorted(c.items())) if isinstance(c, dict) else (c,)
 
 
 class SimConfig(_Frozen):

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -294,6 +295,7 @@ class SpeedModel:
         placement_aware: bool = True,
         placement: PlacementModel | None = None,
         bandwidth_scale: float = 1.0,
+        compute_scale: float | Mapping[str, float] = 1.0,
     ) -> None:
         if model == "measured":
             missing = [t for t in catalogue.names if surfaces is None or t not in surfaces]
@@ -306,14 +308,18 @@ class SpeedModel:
         self.model = model
         self.placement_aware = placement_aware
         self.placement = placement if placement is not None else placement_model("calibrated")
-        changed = bandwidth_scale != 1.0
+        scales = compute_scales(catalogue, compute_scale)
+        changed = bandwidth_scale != 1.0 or any(c != 1.0 for c in scales)
         if not bandwidth_scale > 0 or (changed and model == "measured" and not placement_aware):
-            raise ValueError(f"bandwidth_scale {bandwidth_scale}: must be > 0, and 1 when the measured model "
-                             "ignores placement (the network enters through the placement factor)")
-        self.bandwidth_scale = bandwidth_scale
-        # the types as the cluster's network runs them now (cross-node links × bandwidth_scale)
-        self._net_types = tuple(t.model_copy(update={"bw_inter_mbps": t.bw_inter_mbps * bandwidth_scale})
-                                for t in catalogue.types) if changed else catalogue.types
+            raise ValueError(f"bandwidth_scale {bandwidth_scale}, compute_scale {compute_scale}: must be "
+                             "> 0, and 1 when the measured model ignores placement (a changed cluster "
+                             "enters through the placement factor)")
+        self.bandwidth_scale, self.compute_scales = bandwidth_scale, scales
+        # the types as the cluster runs them now: cross-node links × bandwidth_scale, compute × its scale
+        self._net_types = catalogue.types if not changed else tuple(
+            t.model_copy(update={"bw_inter_mbps": t.bw_inter_mbps * bandwidth_scale,
+                                 "compute_s": t.compute_s * c})
+            for t, c in zip(catalogue.types, scales, strict=True))
         self._speed = lru_cache(maxsize=200_000)(self._speed_uncached)
         self._phi = lru_cache(maxsize=200_000)(self._phi_uncached)
 
@@ -341,8 +347,9 @@ class SpeedModel:
 
     @property
     def network_types(self) -> tuple[JobType, ...]:
-        """The catalogue's types with the cross-node bandwidth the cluster has now
-        (``bw_inter × bandwidth_scale``): what the communication time of a layout is computed with."""
+        """The catalogue's types as the cluster runs them now: the cross-node bandwidth it has
+        (``bw_inter × bandwidth_scale``) and the compute time of its accelerators (``compute_s ×`` the
+        type's ``compute_scale``): what the iteration time of a layout is computed with."""
         return self._net_types
 
     def _phi_uncached(self, type_index: int, layout: Layout) -> float:
@@ -362,10 +369,27 @@ class SpeedModel:
         if not self.placement_aware:
             return base
         # as base · t_ref / t_layout, in this order: the analytic placement's speeds stay bit-identical.
-        # t_ref is the measurement setting (every task on its own node, the network as measured), t_layout
-        # the job's layout on the network as it is now (bandwidth_scale)
+        # t_ref is the measurement setting (every task on its own node, the cluster as measured), t_layout
+        # the job's layout on the cluster as it is now (bandwidth_scale, compute_scale)
         ref = self.placement.iteration_time(jt, spread_layout(w, p))
         return base * ref / self.placement.iteration_time(net, layout)
+
+
+def compute_scales(catalogue: JobCatalogue, scale: float | Mapping[str, float]) -> tuple[float, ...]:
+    """Per catalogue type, its compute-time factor (``speed.compute_scale``): one number for every type, or
+    a mapping ``type name → factor`` (types it leaves out: 1). ValueError for a name the catalogue lacks
+    or a factor ≤ 0."""
+    if isinstance(scale, Mapping):
+        unknown = sorted(set(scale) - set(catalogue.names))
+        if unknown:
+            raise ValueError(f"compute_scale: unknown job types {unknown}; known: "
+                             f"{', '.join(catalogue.names)}")
+        out = tuple(float(scale.get(name, 1.0)) for name in catalogue.names)
+    else:
+        out = (float(scale),) * len(catalogue.names)
+    if not all(c > 0 for c in out):
+        raise ValueError(f"compute_scale {scale}: every factor must be > 0")
+    return out
 
 
 def stream_variation(rng: np.random.Generator, v: float, n: int) -> np.ndarray:

@@ -43,11 +43,12 @@ def speed_model(cfg: ExperimentConfig, world: World = "truth") -> SpeedModel:
                                             cfg.speed.placement_aware, placement)
         return _SPEED_MODELS[key]
     key = (str(cfg.resolve(cfg.jobtypes).resolve()), str(cfg.surfaces_dir.resolve()),
-           cfg.speed.model, cfg.speed.placement_aware, *place_key, cfg.speed.bandwidth_scale)
+           cfg.speed.model, cfg.speed.placement_aware, *place_key, cfg.speed.bandwidth_scale,
+           cfg.speed.compute_key)
     if key not in _SPEED_MODELS:
         surfaces = load_surfaces(cfg.surfaces_dir) if cfg.speed.model == "measured" else None
-        _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, surfaces, cfg.speed.model,
-                                        cfg.speed.placement_aware, placement, cfg.speed.bandwidth_scale)
+        _SPEED_MODELS[key] = SpeedModel(cfg.catalogue, surfaces, cfg.speed.model, cfg.speed.placement_aware,
+                                        placement, cfg.speed.bandwidth_scale, cfg.speed.compute_scale)
     return _SPEED_MODELS[key]
 
 

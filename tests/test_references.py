@@ -127,19 +127,20 @@ SCHEDULERS = ["drf", "drf-static", "fifo", "srtf", "tetris", "optimus", "planner
     interference=st.sampled_from([0.0, 0.2]),
     placement=st.sampled_from(["own", "load_balancing", "packing", "optimus", "tetris"]),
     bandwidth=st.sampled_from([1.0, 0.5, 0.1]),
+    compute=st.sampled_from([1.0, 0.5, 2.0]),
     seed=st.integers(0, 10_000),
 )
 def test_no_scheduler_beats_the_bound_of_any_job_in_the_realistic_world(
-        realistic, deviation, variation, interference, placement, bandwidth, seed):
+        realistic, deviation, variation, interference, placement, bandwidth, compute, seed):
     """Every job of generated traces under the realistic information model: each scheduler's JCT is at
     least the job's bound (hidden factors, variation, interference, change costs, any placer, the network
-    slower than when the speeds were measured)."""
+    slower or the accelerators faster or slower than when the speeds were measured)."""
     cfg = realistic.model_copy(update={
         "cluster": ClusterConfig(nodes=(NodeGroup(count=4),), placement=placement),
         "workload": realistic.workload.model_copy(update={"num_jobs": 8}),
         "speed": realistic.speed.model_copy(update={
             "job_deviation": deviation, "variation": variation, "interference": interference,
-            "bandwidth_scale": bandwidth}),
+            "bandwidth_scale": bandwidth, "compute_scale": compute}),
     })
     from dl2ray.traces.generate import generate_trace
     from dl2ray.world import build_simulator

@@ -117,6 +117,33 @@ def test_a_slower_network_slows_communication_heavy_layouts_most_and_leaves_comp
     assert losses[-1][1] < losses[0][1]  # the most communication-bound type loses the most
 
 
+def test_faster_accelerators_speed_compute_bound_layouts_most_and_only_the_types_named(testbed):
+    """``speed.compute_scale`` (issue 37's shift, new hardware): 0.5 halves each iteration's compute time,
+    so a job on any layout speeds up by that layout's compute share φ, ``1 / (1 − φ/2)`` — most where it
+    communicates least — and φ falls (communication weighs more); a mapping changes only the types it
+    names."""
+    from dl2ray.world import load_surfaces
+
+    surfaces = load_surfaces(testbed.surfaces_dir)
+    same = SpeedModel(testbed.catalogue, surfaces)
+    fast = SpeedModel(testbed.catalogue, surfaces, compute_scale=0.5)
+    spread, packed = spread_layout(2, 2), ((2, 2),)
+    for t, jt in enumerate(testbed.catalogue.types):
+        assert fast.network_types[t].compute_s == pytest.approx(0.5 * jt.compute_s)
+        for layout in (spread, packed):
+            gain = fast.batches_per_second(t, layout) / same.batches_per_second(t, layout)
+            phi = same.compute_fraction(t, layout)
+            assert 1 < gain < 2 and gain == pytest.approx(1 / (1 - 0.5 * phi))  # t / (t − compute / 2)
+            assert fast.compute_fraction(t, layout) < phi
+    one = testbed.catalogue.names[0]
+    only = SpeedModel(testbed.catalogue, surfaces, compute_scale={one: 0.5})
+    assert only.batches_per_second(0, spread) == pytest.approx(fast.batches_per_second(0, spread))
+    assert all(only.batches_per_second(t, spread) == same.batches_per_second(t, spread)
+               for t in range(1, len(testbed.catalogue)))
+    with pytest.raises(ValueError, match="unknown job types"):
+        SpeedModel(testbed.catalogue, surfaces, compute_scale={"no-such-model": 0.5})
+
+
 def test_bandwidth_scale_is_checked_where_it_is_given():
     from pydantic import ValidationError
 
@@ -127,3 +154,8 @@ def test_bandwidth_scale_is_checked_where_it_is_given():
     with pytest.raises(ValidationError, match="bandwidth_scale"):
         SpeedConfig(bandwidth_scale=0.5, placement_aware=False)
     assert SpeedConfig(bandwidth_scale=0.5).bandwidth_scale == 0.5
+    with pytest.raises(ValidationError, match="compute_scale"):
+        SpeedConfig(compute_scale={"resnet-50": 0})
+    with pytest.raises(ValidationError, match="compute_scale"):
+        SpeedConfig(compute_scale=0.5, placement_aware=False)
+    assert SpeedConfig(compute_scale={"resnet-50": 0.5}).compute_key == (("resnet-50", 0.5),)

@@ -348,6 +348,9 @@ def paper(
         help="Fig. 18: A3C agent counts beside one agent, comma-separated ('' for none)")] = "2",
     federation: Annotated[int, typer.Option(
         help="Fig. 18: federation members beside a member alone (0: no federation rows)")] = 2,
+    teacher_config: Annotated[list[str] | None, typer.Option(
+        help="Fig. 16: TEACHER=CONFIG: that teacher's runs learn with CONFIG's policy settings (the same "
+             "cluster as --config; repeat)")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The paper's learning experiments, online: Fig. 10 (SL only, RL only, SL+RL), Fig. 16 (DRF, FIFO and
@@ -380,16 +383,21 @@ def paper(
                         "always run beside them)")
     multi = getattr(ctx.obj, "multi_agent_rl", None) if counts else None
     federated = getattr(ctx.obj, "federated_rl", None) if federation else None
+    teacher_cfgs = _teacher_configs(cfg, s.teachers, teacher_config or [])
     s = dataclasses.replace(s, updates=updates or s.updates, test_traces=test_traces or s.test_traces,
                             seeds=tuple(range(seeds)) if seeds else s.seeds, agents=counts,
-                            federation=federation)
+                            federation=federation,
+                            teacher_configs=tuple((t, x.partition("=")[2]) for t, x in
+                                                  zip(teacher_cfgs, teacher_config or [], strict=True)))
     out = _out_dir(out)
     torch.set_num_threads(1)  # this process forks evaluation workers (see _checkpoint)
     with _Bars(s.updates) as bars:
-        result = study.run_paper(cfg, s, out, bars, multi, federated, getattr(ctx.obj, "ray_session", None))
+        result = study.run_paper(cfg, s, out, bars, multi, federated, getattr(ctx.obj, "ray_session", None),
+                                 teacher_cfgs)
     given = [("--config", config), ("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces),
              ("--agents", agents if agents != "2" else None),
-             ("--federation", federation if federation != 2 else None)]
+             ("--federation", federation if federation != 2 else None),
+             *(("--teacher-config", spec) for spec in teacher_config or [])]
     command = shlex.join(["dl2ray", "experiment", "paper", "--out", str(out), *(["--quick"] if quick else []),
                           *(x for opt, v in given if v is not None for x in (opt, str(v))),
                           "--workers", str(workers)])
@@ -397,6 +405,29 @@ def paper(
     _write_json({**study.document(result), "report": str(report)}, out / "paper.json", json_out)
     if not json_out:
         print(f"wrote {report} ({result.wall_s / 60:.1f} min)")
+
+
+def _teacher_configs(cfg: ExperimentConfig, teachers: tuple[str, ...], specs: list[str]) -> dict:
+    """``--teacher-config TEACHER=CONFIG`` entries, in order, as ``{teacher: config}`` (UserError for an
+    entry without ``=``, a teacher the run does not train, one given twice, or a config of another
+    cluster)."""
+    from dl2ray.studies.paper import check_teacher_config
+
+    out: dict[str, ExperimentConfig] = {}
+    for spec in specs:
+        teacher, sep, path = spec.partition("=")
+        if not sep or not path:
+            raise UserError(f"--teacher-config {spec!r}: TEACHER=CONFIG, e.g. "
+                            "fifo=configs/testbed-online-explore.yaml")
+        if teacher not in teachers:
+            raise UserError(f"--teacher-config {spec!r}: {teacher!r} is not a teacher of this run "
+                            f"({', '.join(teachers)})")
+        if teacher in out:
+            raise UserError(f"--teacher-config {spec!r}: {teacher} given twice")
+        other = load_config(path)
+        check_teacher_config(cfg, other, f"--teacher-config {spec}")
+        out[teacher] = other
+    return out
 
 
 @app.command("offline-rl")

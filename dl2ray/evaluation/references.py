@@ -103,7 +103,7 @@ def best_configs(speed: SpeedModel, capacity: np.ndarray) -> list[BestConfig]:
             for w in range(1, jt.max_workers + 1):
                 base = speed.nominal_batches_per_second(t, p, w)
                 ref = speed.placement.iteration_time(_ref_type(speed, t), spread_layout(w, p))
-                bound = _speed_at(speed, jt, base, ref, jt.compute_s)
+                bound = _speed_at(speed, jt, base, ref, speed.network_types[t].compute_s)  # no communication
                 cands.append((bound, base, ref, p, w))
         cands.sort(reverse=True)
         best = BestConfig(1, 1, 0.0)
@@ -153,7 +153,7 @@ class JobBounds:
         time factors ``factors`` (``(a, b)``), over every ``(p, w)`` within the caps and every layout."""
         jt = self.speed.catalogue.types[type_index]
         a, b = factors
-        c = jt.compute_s
+        c = self.speed.network_types[type_index].compute_s  # the compute time as the cluster runs it now
         aware = self.speed.model == "analytic" or self.speed.placement_aware
         best = 0.0
         for top, p, w in self._candidates(type_index):

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
+from dl2ray.errors import UserError
 from dl2ray.learn.records import RLOptions
 from dl2ray.learn.validation import heuristic_jct, validate
 from dl2ray.studies.learning import (
@@ -104,6 +105,8 @@ class PaperSettings:
     agents: tuple[int, ...] = (2,)  # Fig. 18: A3C agent counts beside one agent
     federation: int = 2  # Fig. 18: federation members beside a member alone (0: no federation row)
     unseen_phases: int = 3  # Fig. 15: phases of online RL, each knowing more types (0 skips it)
+    # Fig. 16: (teacher, config file) whose runs learn with that config's learning settings (same cluster)
+    teacher_configs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def quick(cls, workers: int = 2) -> PaperSettings:
@@ -173,14 +176,31 @@ def train_students(cfg: ExperimentConfig, s: PaperSettings, out: Path) -> dict[s
     return {t: str(_student_path(out, t)) for t in s.teachers}
 
 
-def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out: Path) -> list[RunPlan]:
-    """Every RL run of the experiment (module docstring, 2.), resumable."""
+LEARNING_ONLY = ("name", "policy", "base_dir")
+"""What a teacher's config (``--teacher-config``) may change against the main one: how the policy learns."""
+
+
+def check_teacher_config(cfg: ExperimentConfig, other: ExperimentConfig, where: str) -> None:
+    """UserError naming the first field of ``other`` (from ``where``) outside :data:`LEARNING_ONLY` that
+    differs from ``cfg``'s: a teacher's runs must learn on the cluster every other run is judged on."""
+    mine, theirs = cfg.model_dump(mode="json"), other.model_dump(mode="json")
+    for key in sorted(set(mine) | set(theirs)):
+        if key not in LEARNING_ONLY and mine.get(key) != theirs.get(key):
+            raise UserError(f"{where}: {key}: differs from --config's; a teacher's config may change only "
+                            f"{', '.join(LEARNING_ONLY)}")
+
+
+def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out: Path,
+          teacher_cfgs: dict[str, ExperimentConfig] | None = None) -> list[RunPlan]:
+    """Every RL run of the experiment (module docstring, 2.), resumable; a teacher in ``teacher_cfgs``
+    learns (its seeds and its control) with that config."""
     opts, first, s0 = s.options(), s.teachers[0], s.seeds[0]
     runs = [RunPlan(RL_ONLY, cfg, None, opts, s.updates, s0, out / f"{RL_ONLY}.pt", resume=True)]
     for t in s.teachers:
-        runs += [RunPlan(f"{t}@{seed}", cfg, Path(students[t]), opts, s.updates, seed, out / f"{t}@{seed}.pt",
+        tc = (teacher_cfgs or {}).get(t, cfg)
+        runs += [RunPlan(f"{t}@{seed}", tc, Path(students[t]), opts, s.updates, seed, out / f"{t}@{seed}.pt",
                          resume=True) for seed in s.seeds]
-        runs.append(RunPlan(f"{t}-zero@{s0}", cfg, Path(students[t]), replace(opts, zero_advantage=True),
+        runs.append(RunPlan(f"{t}-zero@{s0}", tc, Path(students[t]), replace(opts, zero_advantage=True),
                             s.updates, s0, out / f"{t}-zero@{s0}.pt", resume=True))
     for name in ablations_of(s.algo):
         if name not in ("full", "zero-advantage"):
@@ -204,17 +224,19 @@ def unseen_phases(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: 
 
 def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Progress | None = None,
               multi: MultiAgent | None = None, federated: Federated | None = None,
-              session: Callable[[int], AbstractContextManager[None]] | None = None) -> PaperResult:
+              session: Callable[[int], AbstractContextManager[None]] | None = None,
+              teacher_cfgs: dict[str, ExperimentConfig] | None = None) -> PaperResult:
     """Students, runs, flat lines and the test (module docstring); files under ``out``. ``multi``: the
     multi-agent trainer for Fig. 18's A3C rows, ``federated``: the runner of its federation rows (None:
-    no such rows); ``session(cpus)``: held around both (one Ray instance for all of Fig. 18's runs)."""
+    no such rows); ``session(cpus)``: held around both (one Ray instance for all of Fig. 18's runs);
+    ``teacher_cfgs``: Fig. 16's teachers that learn with a config of their own (:func:`plans`)."""
     from dl2ray.policy.shape_net import load_policy_net
 
     out.mkdir(parents=True, exist_ok=True)
     clock, stages = time.perf_counter(), {}
     students = train_students(cfg, s, out)
     stages["students"] = time.perf_counter() - clock
-    records = train_all(plans(cfg, s, students, out), s.workers, progress)
+    records = train_all(plans(cfg, s, students, out, teacher_cfgs), s.workers, progress)
     stages["runs"] = time.perf_counter() - clock - stages["students"]
     by_name = {r.name: r for r in records}
     first = s.teachers[0]

@@ -155,7 +155,9 @@ def markdown(r: PaperResult, command: str) -> str:
         f"{s.workers} runs at a time. Validation traces (model selection, curves) {r.val_seeds}; test "
         f"traces {r.test_seeds[0]}…{r.test_seeds[-1]} ({len(r.test_seeds)}), used for nothing else. "
         f"Wall time {r.wall_s / 60:.1f} min ("
-        + ", ".join(f"{k} {v / 60:.1f}" for k, v in r.stages_s.items()) + ").",
+        + ", ".join(f"{k} {v / 60:.1f}" for k, v in r.stages_s.items()) + ")."
+        + "".join(f" The {t.upper()} student's runs (its seeds and its control) learn with `{path}`'s policy "
+                  "settings (the same cluster)." for t, path in s.teacher_configs),
         "",
         "## Fig. 10: SL only, RL only, SL + RL",
         "",

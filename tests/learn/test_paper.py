@@ -45,13 +45,34 @@ def test_the_runs_are_every_figure_s_and_each_control(tmp_path):
     assert {p.opts.algo for p in runs.values()} == {"pg"} and all(p.resume for p in runs.values())
 
 
+def test_a_teacher_with_a_config_of_its_own_learns_with_it_and_only_it(tmp_path):
+    s = PaperSettings(seeds=(0, 1), teachers=("drf", "srtf"))
+    students = {t: str(tmp_path / f"sl-{t}.pt") for t in s.teachers}
+    shape = TINY.policy.shape.model_copy(update={"entropy_weight": 0.1})
+    explore = TINY.model_copy(update={"policy": TINY.policy.model_copy(update={"shape": shape})})
+    runs = {p.name: p for p in plans(TINY, s, students, tmp_path, {"srtf": explore})}
+    assert {n for n, p in runs.items() if p.cfg is explore} == {"srtf@0", "srtf@1", "srtf-zero@0"}
+    assert all(p.cfg is TINY for n, p in runs.items() if not n.startswith("srtf"))
+
+
+def test_a_teacher_config_of_another_cluster_is_refused_naming_the_field():
+    from dl2ray.errors import UserError
+    from dl2ray.studies.paper import check_teacher_config
+
+    bigger = TINY.model_copy(update={"sim": TINY.sim.model_copy(update={"max_slots": TINY.sim.max_slots + 1})})
+    with pytest.raises(UserError, match=r"--teacher-config x: sim: differs"):
+        check_teacher_config(TINY, bigger, "--teacher-config x")
+    check_teacher_config(TINY, TINY.model_copy(update={"name": "other"}), "--teacher-config x")
+
+
 @pytest.mark.slow
 def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(capsys, tmp_path, tiny_yaml):
     out = tmp_path / "paper"
     code, stdout, err = run_cli(capsys, "experiment", "paper", "--quick", "--config", tiny_yaml, "--out",
-                                str(out), "--json")
+                                str(out), "--teacher-config", f"fifo={tiny_yaml}", "--json")
     assert code == 0, err
     doc = json.loads(stdout)
+    assert doc["settings"]["teacher_configs"] == [["fifo", tiny_yaml]]
     assert [row["teacher"] for row in doc["fig16"]] == ["drf", "fifo"]
     for row in doc["fig16"]:
         assert row["rl"]["n"] == 1 and row["teacher_jct"] > 0 and row["student_jct"] > 0
@@ -81,7 +102,7 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     assert phase["init"].endswith("unseen-4types@0.pt")
     text = (out / "paper.md").read_text()
     for word in ("Fig. 10", "Fig. 15", "Fig. 16", "Table 2", "Fig. 18", "41.3", "21.1",
-                 "dl2ray experiment paper", "--quick"):
+                 "dl2ray experiment paper", "--quick", "--teacher-config", "The FIFO student's runs"):
         assert word in text
     assert all((out / f).is_file() for f in ("fig10.png", "fig10-wall.png", "fig15.png", "fig16.png",
                                              "sl-fifo.pt"))
@@ -100,6 +121,9 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     (["--agents", "1"], "--agents: '1': each count at least 2"),
     (["--agents", "two"], "--agents: 'two': comma-separated"),
     (["--federation", "1"], "--federation 1: 0 (none) or at least 2"),
+    (["--teacher-config", "fifo"], "--teacher-config 'fifo': TEACHER=CONFIG"),
+    (["--teacher-config", "srtf=configs/testbed-online.yaml"], "'srtf' is not a teacher of this run"),
+    (["--teacher-config", "fifo=configs/no-such.yaml"], "no-such.yaml"),
 ])
 def test_bad_paper_options_exit_2(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "experiment", "paper", "--quick", *argv, "--out", str(tmp_path / "p"))
