@@ -67,6 +67,35 @@ def test_an_update_moves_the_policy_within_its_kl_limit(control: bool) -> None:
     assert update_record(row.__dict__) == row
 
 
+@pytest.mark.parametrize("trust", [None, 0.05, 1e-6])
+def test_the_update_equals_a_plain_loop_of_loss_step_and_kl(trust) -> None:
+    """``pg_update`` shares one forward pass between a step's KL and the next step's loss; the plain loop
+    (each step's loss, then the KL of its new weights, each from its own pass) ends at the same weights,
+    steps and record (the KL stop included: 1e-6 stops after the first step)."""
+    from dl2ray.learn.shape.pg import SurrogateTarget
+
+    net = build_shape_policy(ENC, (16,), 8, 0)
+    data = _collector("job").collect(NumpyShapePolicy(net), 2)
+    plain = build_shape_policy(ENC, (16,), 8, 0)
+    nets, values = (net, plain), (build_job_value(ENC, 8, 0), build_job_value(ENC, 8, 0))
+    opts = [torch.optim.Adam(n.parameters(), lr=1e-2) for n in nets]
+    vopts = [torch.optim.Adam(v.parameters(), lr=1e-2) for v in values]
+    row = pg_update(net, values[0], opts[0], vopts[0], data, epochs=3, trust=trust, entropy_weight=0.01)
+    target = SurrogateTarget(plain, values[1], vopts[1], data, 3)
+    steps = 0
+    for _ in range(3):
+        loss, _ent = target.loss(plain, 0.01)
+        opts[1].zero_grad()
+        loss.backward()
+        opts[1].step()
+        steps += 1
+        kl = target.moved(plain)
+        if trust is not None and kl > trust:
+            break
+    assert row.steps == steps and row.kl == kl and (trust != 1e-6 or steps == 1)
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), plain.parameters(), strict=True))
+
+
 def test_train_rl_pg_writes_resumes_with_its_baseline(tmp_path) -> None:
     out = tmp_path / "pg.pt"
     opts = RLOptions(traces=2, val_traces=1, val_every=1, checkpoint_every=1, algo="pg", credit="slot")
@@ -102,7 +131,7 @@ def test_without_the_critic_the_baseline_is_the_mean_credit_and_the_value_net_is
     assert all(torch.equal(a, b) for a, b in zip(before, value.parameters(), strict=True))
     credit = torch.from_numpy(np.concatenate(data.credit)).float()
     z = (credit - credit.mean()) / (credit.std() + 1e-6)
-    # the decisions in PaddedSlots' order are the slots' in order, so the advantages are the credit's z-scores
+    # the decisions in PackedSlots' order are the slots' in order, so the advantages are the credit's z-scores
     assert torch.allclose(plain.adv, (z - z.mean()) / (z.std() + 1e-6), atol=1e-5)
     critic = SurrogateTarget(net, value, vopt, data, epochs=2)
     assert any(not torch.equal(a, b) for a, b in zip(before, value.parameters(), strict=True))

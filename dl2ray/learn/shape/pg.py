@@ -227,9 +227,14 @@ class SurrogateTarget:
             self.old = torch.log_softmax(masked_job_logits(net, batch), dim=-1)
             self.old_logp = self.old.gather(1, batch.actions[:, None]).squeeze(1)
 
-    def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def logits(self, net: ShapePolicyNet, grad: bool = True) -> torch.Tensor:
+        """``(N, K)``: ``net``'s masked logits of the update's job decisions (the input of :meth:`loss_at`
+        and :meth:`kl_at`; one forward pass serves both)."""
+        with torch.set_grad_enabled(grad):
+            return masked_job_logits(net, self.batch)
+
+    def loss_at(self, logits: torch.Tensor, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``−mean min(ρ·A, clip(ρ, 1±0.2)·A) − β·H`` over the job decisions, and their mean entropy."""
-        logits = masked_job_logits(net, self.batch)
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(1, self.batch.actions[:, None]).squeeze(1)
         ratio = torch.exp(logp - self.old_logp)
@@ -237,13 +242,21 @@ class SurrogateTarget:
         ent = masked_entropy(logits, self.batch.masks).mean()
         return -surrogate.mean() - entropy_weight * ent, ent
 
-    def moved(self, net: ShapePolicyNet) -> float:
-        """Mean ``KL(π_old ‖ π_θ)`` (nats) over the update's job decisions."""
+    def kl_at(self, logits: torch.Tensor) -> float:
+        """Mean ``KL(π_old ‖ π)`` (nats) over the update's job decisions, ``π`` of these logits."""
         with torch.no_grad():
-            new = torch.log_softmax(masked_job_logits(net, self.batch), dim=-1)
+            new = torch.log_softmax(logits, dim=-1)
             p_old = self.old.exp()
             kl = torch.where(p_old > 0, p_old * (self.old - new), torch.zeros_like(self.old))
             return float(kl.sum(1).mean())
+
+    def loss(self, net: ShapePolicyNet, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss_at` of ``net``'s logits."""
+        return self.loss_at(self.logits(net), entropy_weight)
+
+    def moved(self, net: ShapePolicyNet) -> float:
+        """:meth:`kl_at` of ``net``'s logits: how far ``net`` has moved from the old policy."""
+        return self.kl_at(self.logits(net, grad=False))
 
 
 def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
@@ -256,14 +269,17 @@ def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,
     target = SurrogateTarget(net, value, value_opt, data, epochs, control, critic)
     kl = entropy = policy_loss = 0.0
     steps = 0
-    for _ in range(epochs):
-        loss, ent = target.loss(net, entropy_weight)
+    logits = target.logits(net)
+    for step in range(epochs):
+        loss, ent = target.loss_at(logits, entropy_weight)
         opt.zero_grad()
         loss.backward()
         opt.step()
         steps += 1
         policy_loss, entropy = loss.item(), ent.item()
-        kl = target.moved(net)
+        # one forward pass of the new weights: this step's KL, and the next step's loss
+        logits = target.logits(net, grad=step + 1 < epochs)
+        kl = target.kl_at(logits)
         if trust is not None and kl > trust:
             break
     return PolicyGradientRow(update, policy_loss, target.value_loss, kl, entropy, data.reward,
