@@ -59,7 +59,8 @@ def test_a_teacher_config_of_another_cluster_is_refused_naming_the_field():
     from dl2ray.errors import UserError
     from dl2ray.studies.paper import check_teacher_config
 
-    bigger = TINY.model_copy(update={"sim": TINY.sim.model_copy(update={"max_slots": TINY.sim.max_slots + 1})})
+    longer_sim = TINY.sim.model_copy(update={"max_slots": TINY.sim.max_slots + 1})
+    bigger = TINY.model_copy(update={"sim": longer_sim})
     with pytest.raises(UserError, match=r"--teacher-config x: sim: differs"):
         check_teacher_config(TINY, bigger, "--teacher-config x")
     check_teacher_config(TINY, TINY.model_copy(update={"name": "other"}), "--teacher-config x")
