@@ -82,7 +82,9 @@ def train_rl(
         trainer.result.wall_seconds += now - clock
         clock = now
 
-    writer = tensorboard_writer(logdir)
+    # a finished run read back writes nothing (no empty event file beside its curve)
+    finished = bool(trainer.result.validation) and trainer.updates >= updates
+    writer = None if finished else tensorboard_writer(logdir)
     if not trainer.result.validation:
         trainer.result.baseline_avg_jct = heuristic_jct(trainer.val_cfg, "drf", trainer.val_seeds)
         log_validation(writer, trainer.validate())

@@ -91,6 +91,10 @@ def test_rl_from_sl_init_end_to_end_and_resume(tmp_path):
     _, more = train_rl(TINY, sl, 6, 0, out, opts, resume=True)
     assert more.updates == 6 and [r.update for r in more.history] == list(range(1, 7))
     assert more.history[:4] == res.history
+    # a finished run read back leaves its TensorBoard curve as it was (no second, empty event file)
+    events = sorted((tmp_path / "tb").iterdir())
+    _, same = train_rl(TINY, sl, 4, 0, out, opts, logdir=tmp_path / "tb", resume=True)
+    assert same.updates == 6 and sorted((tmp_path / "tb").iterdir()) == events
 
 
 def _tiny_yaml(tmp_path):
