@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
 from dl2ray.learn.teacher import decompose
 from dl2ray.policy.encoding import Encoding
-from dl2ray.policy.network import PolicyNet, ValueNet, build_networks, save_checkpoint
+from dl2ray.policy.network import PolicyNet, ValueNet, build_networks, save_checkpoint, set_checkpoint_placer
 from dl2ray.workload import Trace
 
 
@@ -166,20 +167,30 @@ def train(
 
 
 def compare_jct(cfg: ExperimentConfig, policy, teacher: str, trace_seeds: Sequence[int],
-                traces: Sequence[Trace] | None = None) -> dict:
+                traces: Sequence[Trace] | None = None, placer: str | None = None) -> dict:
     """Average JCT (slots; unfinished jobs counted until the run stopped, see
     :func:`dl2ray.evaluation.metrics.censored_avg_jct`) of the greedy policy (a torch network of either
-    architecture) and of the teacher."""
+    architecture) and of the teacher. ``placer``: the policy's own placement (a checkpoint's
+    ``meta.placer``), under which it decides as ``dl2:PATH`` would on this config; None: the view's."""
     from dl2ray.evaluation.metrics import censored_avg_jct, summarize_run
     from dl2ray.policy.shape_net import numpy_policy
     from dl2ray.schedulers.base import make_scheduler, on_cluster
     from dl2ray.schedulers.dl2 import DL2Scheduler
+    from dl2ray.schedulers.placed import with_placement
     from dl2ray.sim import run_episode
 
     fast = numpy_policy(policy)
+
+    def student() -> Any:
+        mine = DL2Scheduler.from_policy(fast)
+        if placer is None:
+            return on_cluster(mine, cfg)
+        mine.placement = placer
+        return on_cluster(with_placement(mine, str(cfg.cluster.placement)), cfg)
+
     per_trace = []
     for sim, seed in simulators(cfg, trace_seeds, traces):
-        mine_run = run_episode(sim, on_cluster(DL2Scheduler.from_policy(fast), cfg), seed)
+        mine_run = run_episode(sim, student(), seed)
         theirs_run = run_episode(sim, make_scheduler(teacher, cfg), seed)
         mine = summarize_run(mine_run)
         per_trace.append({"seed": seed, "policy_avg_jct": censored_avg_jct(mine_run),
@@ -254,7 +265,9 @@ def run_sl(
 
     fit = _fit_shape if run.arch == "shape" else _fit_paper
     fitted = fit(cfg, run, seeds, traces, lambda: tick("record", 1), on_epoch)
-    jct = compare_jct(cfg, fitted.policy, run.teacher, seeds[1], traces[1])
+    # a student continued from a checkpoint keeps the placement chosen for it (meta.placer), as it is judged
+    placer = _own_placer(run.init)
+    jct = compare_jct(cfg, fitted.policy, run.teacher, seeds[1], traces[1], placer)
     tick("evaluate", 1)
     if writer is not None:
         writer.add_scalar("sl/val_policy_avg_jct", jct["policy_avg_jct"], run.epochs)
@@ -264,6 +277,8 @@ def run_sl(
                       fitted.short, fitted.history, jct, time.perf_counter() - started)
     if out is not None:
         fitted.save(out, {"kind": "sl", "teacher": run.teacher, "seed": run.seed})
+        if placer is not None:
+            set_checkpoint_placer(out, placer)
         write_run_json(out.with_suffix(".json"), cfg, run, result)
     return fitted.policy, fitted.value, result
 
@@ -345,6 +360,16 @@ def write_run_json(path: Path, cfg: ExperimentConfig, run: SLRun, result: SLResu
         "val_accuracy": result.val_accuracy,
     }
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def _own_placer(init: str | None) -> str | None:
+    """The placement chosen for the checkpoint ``init`` (its ``meta.placer``); None without one."""
+    if not init:
+        return None
+    from dl2ray.policy.network import read_checkpoint_doc
+    from dl2ray.policy.shape_net import checkpoint_placer
+
+    return checkpoint_placer(init) if "placer" in read_checkpoint_doc(init).get("meta", {}) else None
 
 
 def _writer(logdir: Path | None):

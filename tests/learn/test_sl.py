@@ -205,6 +205,45 @@ def test_cli_init_continues_a_student_and_dagger_skips_the_first_fit(capsys, tmp
         assert code == 2 and name in err, err
 
 
+def test_a_student_continued_from_a_checkpoint_keeps_its_placer_and_is_judged_under_it(capsys, tmp_path):
+    """``--init`` of a checkpoint with ``meta.placer`` (chosen on validation when it was shipped): the
+    student it becomes decides under that placer as ``dl2:PATH``, and its SL validation is measured under it
+    (the JCT ``dl2ray compare`` gives the saved file); without one, nothing is added."""
+    import yaml
+    from support import run_cli
+
+    from dl2ray.evaluation.metrics import censored_avg_jct
+    from dl2ray.learn.supervised import simulators
+    from dl2ray.policy.network import read_checkpoint_doc, set_checkpoint_placer
+    from dl2ray.schedulers.base import make_scheduler
+    from dl2ray.seeds import validation
+    from dl2ray.sim import run_episode
+
+    cfg_path = _tiny_yaml(tmp_path)  # each scheduler under its own placer, as the shipped configs are
+    raw = yaml.safe_load(cfg_path.read_text())
+    raw["cluster"]["placement"] = "own"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    common = ("train", "sl", "--config", str(cfg_path), "--teacher", "drf", "--traces", "2", "--val-traces",
+              "1", "--arch", "shape", "--epochs", "2")
+    first, plain, packed = tmp_path / "first.pt", tmp_path / "plain.pt", tmp_path / "packed.pt"
+    assert run_cli(capsys, *common, "--out", str(first))[0] == 0
+    assert run_cli(capsys, *common, "--out", str(plain), "--init", str(first))[0] == 0
+    assert "placer" not in read_checkpoint_doc(plain).get("meta", {})
+    set_checkpoint_placer(first, "packing")
+    assert run_cli(capsys, *common, "--out", str(packed), "--init", str(first))[0] == 0
+    assert read_checkpoint_doc(packed)["meta"]["placer"] == "packing"
+    from dl2ray.config import load_config
+
+    cfg = load_config(cfg_path)
+    rec = json.loads(packed.with_suffix(".json").read_text())
+    want = [censored_avg_jct(run_episode(sim, make_scheduler(f"dl2:{packed}", cfg), seed))
+            for sim, seed in simulators(cfg, validation(1), None)]
+    assert rec["jct"]["policy_avg_jct"] == pytest.approx(float(np.mean(want)))
+    spread = [censored_avg_jct(run_episode(sim, make_scheduler(f"dl2:{packed}", cfg, "load_balancing"), seed))
+              for sim, seed in simulators(cfg, validation(1), None)]
+    assert spread != want  # the placer matters here, so the record could not match by chance
+
+
 def test_on_a_shared_cluster_the_student_learns_what_the_queue_layer_asks_it(tmp_path):
     """With ``tenancy:`` the policy decides inside the queue layer, on one queue's jobs at a time
     (:class:`dl2ray.schedulers.queued.Queued`): the recording labels exactly the views the layer gives the
