@@ -82,3 +82,13 @@ def wait_for(what: str, check, timeout_s: float = 600.0, poll_s: float = 0.3, pr
             seen = "" if progress is None else f" (progress stuck at {last})"
             raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(poll_s)
+
+
+def terminal_signals() -> None:
+    """``preexec_fn`` of a child a test will Ctrl-C: SIGINT as a terminal's foreground job has it (default),
+    whatever the test process inherited; a child started with SIGINT ignored ignores Ctrl-C (POSIX), and
+    the test runner's worker can have it ignored (a run launched in the background, or an earlier test)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import CONFIGS, REPO, run_cli
+from support import CONFIGS, REPO, run_cli, terminal_signals
 
 from clusters.profile_live import (
     LiveJob,
@@ -231,7 +231,8 @@ def _start_profile(tmp_path: Path, until: str = "process group") -> tuple[subpro
         [sys.executable, "-m", "dl2ray", "profile", "--live", str(TINY), "--config", str(TESTBED),
          "--points", "1x1,1x2", "--out", str(tmp_path / "p.json")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "TMPDIR": str(tmp_path)})  # the job's working directory goes there
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the job's working directory goes there
+        preexec_fn=terminal_signals)
     assert proc.stderr is not None
     pgid = None
     for line in proc.stderr:

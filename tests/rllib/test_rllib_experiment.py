@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import run_cli, wait_for
+from support import run_cli, terminal_signals, wait_for
 
 HERE = Path(__file__).resolve().parent
 TINY = HERE / "tiny.yaml"
@@ -88,7 +88,7 @@ def _start(out: Path, *extra: str, small: Sequence[str] = SMALL_PPO) -> tuple[su
     proc = subprocess.Popen([str(DL2RAY), "experiment", "rllib", "--config", str(TINY), "--out", str(out),
                              "--seed", "3", *small, *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=terminal_signals)
     return proc, Tree(proc)
 
 
