@@ -91,4 +91,3 @@ def terminal_signals() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-

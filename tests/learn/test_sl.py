@@ -212,6 +212,7 @@ def test_a_student_continued_from_a_checkpoint_keeps_its_placer_and_is_judged_un
     import yaml
     from support import run_cli
 
+    from dl2ray.config import load_config
     from dl2ray.evaluation.metrics import censored_avg_jct
     from dl2ray.learn.supervised import simulators
     from dl2ray.policy.network import read_checkpoint_doc, set_checkpoint_placer
@@ -232,8 +233,6 @@ def test_a_student_continued_from_a_checkpoint_keeps_its_placer_and_is_judged_un
     set_checkpoint_placer(first, "packing")
     assert run_cli(capsys, *common, "--out", str(packed), "--init", str(first))[0] == 0
     assert read_checkpoint_doc(packed)["meta"]["placer"] == "packing"
-    from dl2ray.config import load_config
-
     cfg = load_config(cfg_path)
     rec = json.loads(packed.with_suffix(".json").read_text())
     want = [censored_avg_jct(run_episode(sim, make_scheduler(f"dl2:{packed}", cfg), seed))
