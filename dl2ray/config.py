@@ -306,6 +306,9 @@ class ShapeConfig(_Frozen):
         default=0.02, gt=0, description="stop an update's Adam steps once the mean KL(old ‖ new) over every "
         "job of its slots exceeds this (nats); None: all epochs")
     entropy_weight: float = Field(default=0.0, ge=0, description="entropy bonus weight")
+    entropy_decay_updates: int = Field(
+        default=0, ge=0, description="online pg: the entropy bonus falls linearly to 0 over this many "
+        "updates (0: constant); update u's weight is entropy_weight·max(0, 1 − u/this), u counted from 0")
     profile_features: bool = Field(
         default=False, description="describe jobs by the operator's profile instead of a job-type one-hot: "
         "per job its estimated slots to finish and its observed speed over the profile's, per menu row its "

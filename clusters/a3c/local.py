@@ -27,7 +27,7 @@ from torch import nn
 from clusters.a3c.weights import fresh_networks, load_vector, params_vector
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.cluster_env import learning_environment
-from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
+from dl2ray.learn.actor_critic import LossConfig, compute_gradients, entropy_weight, flatten
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.records import UpdateRecord, UpdateRow
 from dl2ray.learn.rollout import Collector, to_batch
@@ -186,9 +186,10 @@ class OnPolicyStep:
         theta = params_vector(self.policy, None)
         s = self.cfg.policy.shape
         played = self.collector.collect(NumpyShapePolicy(self.policy), s.envs)  # type: ignore[arg-type]
-        entropy_weight = s.entropy_weight if self.settings.exploration else 0.0  # Table 2's switches
+        beta = entropy_weight(s.entropy_weight, s.entropy_decay_updates, version)  # by the global update
+        beta = beta if self.settings.exploration else 0.0  # Table 2's switches
         row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # type: ignore[arg-type]
-                        played, s.epochs, s.trust, entropy_weight,  # (as in ShapeTrainer)
+                        played, s.epochs, s.trust, beta,  # (as in ShapeTrainer)
                         control=self.rng if self.settings.zero_advantage else None,
                         critic=self.settings.critic)
         decisions = sum(len(x.actions) for x in played.slots)

@@ -173,3 +173,34 @@ def test_the_a3c_agents_online_step_honours_table_2s_switches(monkeypatch, criti
     step.compute(0)
     assert seen["critic"] is critic
     assert seen["entropy"] == (SHAPE.policy.shape.entropy_weight if exploration else 0.0)
+
+
+def test_the_shape_entropy_bonus_falls_to_zero_over_its_decay_updates(monkeypatch) -> None:
+    """``policy.shape.entropy_decay_updates``: update u (from 0) learns with β·max(0, 1 − u/D), alone and
+    in an A3C agent (there u is the global update its weights came from)."""
+    import clusters.a3c.local as local
+    import dl2ray.learn.shape.trainer as trainer_mod
+    from clusters.a3c.weights import params_vector
+
+    shape = SHAPE.policy.shape.model_copy(update={"entropy_weight": 0.2, "entropy_decay_updates": 2})
+    cfg = SHAPE.model_copy(update={"policy": SHAPE.policy.model_copy(update={"shape": shape})})
+    seen: list[float] = []
+
+    def spy_of(real):
+        def spy(*args, **kw):
+            seen.append(args[7])
+            return real(*args, **kw)
+        return spy
+
+    monkeypatch.setattr(trainer_mod, "pg_update", spy_of(trainer_mod.pg_update))
+    trainer = trainer_mod.ShapeTrainer(cfg, None, 0, RLOptions(algo="pg", traces=2, val_traces=1, val_every=100))
+    for _ in range(3):
+        trainer.update()
+    assert seen == pytest.approx([0.2, 0.1, 0.0])
+
+    seen.clear()
+    monkeypatch.setattr(local, "pg_update", spy_of(local.pg_update))
+    step = local.local_learner(cfg, [11], 0, [0, 0], local.LocalSettings(algo="pg"))
+    step.take(params_vector(step.policy, None))
+    step.compute(1)
+    assert seen == pytest.approx([0.1])

@@ -34,6 +34,7 @@ import torch
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.cluster_env import ClusterEnvironment, learning_environment
 from dl2ray.learn import seeds as seedsets
+from dl2ray.learn.actor_critic import entropy_weight
 from dl2ray.learn.records import (
     CounterfactualRow,
     MixRow,
@@ -139,9 +140,10 @@ class ShapeTrainer:
                 self.experience.observe_if_due(policy)
             s = self.cfg.policy.shape
             played = self.pg.collect(policy, s.envs)
-            entropy_weight = s.entropy_weight if self.opts.exploration else 0.0
+            beta = entropy_weight(s.entropy_weight, s.entropy_decay_updates, self.updates - 1)
+            beta = beta if self.opts.exploration else 0.0
             row = pg_update(self.policy, self.value, self.opt, self.value_opt, played, s.epochs, s.trust,
-                            entropy_weight, self.updates, control, self.opts.critic)
+                            beta, self.updates, control, self.opts.critic)
         else:
             assert self.experience is not None
             data = self.experience.collect(policy)
