@@ -193,7 +193,8 @@ def test_the_shape_entropy_bonus_falls_to_zero_over_its_decay_updates(monkeypatc
         return spy
 
     monkeypatch.setattr(trainer_mod, "pg_update", spy_of(trainer_mod.pg_update))
-    trainer = trainer_mod.ShapeTrainer(cfg, None, 0, RLOptions(algo="pg", traces=2, val_traces=1, val_every=100))
+    opts = RLOptions(algo="pg", traces=2, val_traces=1, val_every=100)
+    trainer = trainer_mod.ShapeTrainer(cfg, None, 0, opts)
     for _ in range(3):
         trainer.update()
     assert seen == pytest.approx([0.2, 0.1, 0.0])
