@@ -1,5 +1,5 @@
 """``python -m dl2ray`` is the ``dl2ray`` command."""
 
-from dl2ray.cli.app import main
+from dl2ray.cli.app import run
 
-main()
+run()

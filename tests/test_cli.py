@@ -220,3 +220,36 @@ def test_a_markdown_row_keeps_its_columns_when_a_cell_holds_a_pipe():
     cells = [c for c in line.replace("\\|", "").split("|")][1:-1]
     assert len(cells) == head.count("|") - 1 == rule.count("|") - 1
     assert "policy(optimus\\|packing)" in line
+
+
+def _blas_threads_seen(monkeypatch) -> dict:
+    """What :func:`dl2ray.cli.app.run` hands its command: numpy's BLAS threads and the environment's."""
+    import os
+
+    from threadpoolctl import threadpool_info
+
+    import dl2ray.cli.app as app
+
+    seen: dict = {}
+
+    def command() -> None:
+        seen["blas"] = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        seen["env"] = os.environ.get("OPENBLAS_NUM_THREADS")
+
+    monkeypatch.setattr(app, "main", command)
+    app.run()
+    return seen
+
+
+def test_the_dl2ray_command_runs_numpy_blas_on_one_thread(monkeypatch) -> None:
+    """In its own process and, through the environment, in every process it starts."""
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "0")  # restored (unset) after the test
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    seen = _blas_threads_seen(monkeypatch)
+    assert seen["blas"] == {1} and seen["env"] == "1"
+
+
+def test_the_dl2ray_command_keeps_blas_threads_the_user_set(monkeypatch) -> None:
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    seen = _blas_threads_seen(monkeypatch)
+    assert seen["blas"] == {2} and seen["env"] == "2"

@@ -6,6 +6,7 @@ the field or line to stderr and exit with code 2, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -36,8 +37,30 @@ def _register() -> Plugins:
     return _registered[0]
 
 
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+"""numpy's BLAS threads in the ``dl2ray`` command and every process it starts (1 unless the user set it)."""
+
+
+def run() -> None:
+    """The ``dl2ray`` command (the console script and ``python -m dl2ray``): :func:`main` with numpy's
+    BLAS on one thread, in this process (threadpoolctl: numpy is loaded by now) and in every process it
+    starts (the environment: a process pool's workers, Ray's workers load numpy after it is set).
+
+    Every matrix the schedulers and learners multiply in numpy is small (a policy's layers over tens of
+    jobs): a second BLAS thread only spins against the other workers' cores. Beside one busy process,
+    ``NumpyShapePolicy.logits`` took ~10× longer with two BLAS threads than with one
+    (``tests/bench/bench_blas_threads.py``, docs/BENCHMARKS.md). ``OPENBLAS_NUM_THREADS`` set by the user
+    is kept."""
+    from threadpoolctl import threadpool_limits
+
+    os.environ.setdefault(BLAS_THREADS, "1")
+    with threadpool_limits(limits=int(os.environ[BLAS_THREADS]), user_api="blas"):
+        main()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point; the plugins' registry reaches every command as ``ctx.obj``."""
+    """The command line in this process (tests call it with ``argv``); the plugins' registry reaches every
+    command as ``ctx.obj``. The console script is :func:`run`."""
     plugins = _register()
     try:
         app(args=argv, standalone_mode=True, obj=plugins)
