@@ -253,3 +253,13 @@ def test_the_dl2ray_command_keeps_blas_threads_the_user_set(monkeypatch) -> None
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     seen = _blas_threads_seen(monkeypatch)
     assert seen["blas"] == {2} and seen["env"] == "2"
+
+
+def test_a_malformed_blas_thread_count_is_one_line_and_exit_2() -> None:
+    import os
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "two"}
+    proc = subprocess.run([sys.executable, "-m", "dl2ray", "--help"], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: OPENBLAS_NUM_THREADS='two': a number of threads >= 1"

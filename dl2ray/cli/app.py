@@ -53,8 +53,11 @@ def run() -> None:
     is kept."""
     from threadpoolctl import threadpool_limits
 
-    os.environ.setdefault(BLAS_THREADS, "1")
-    with threadpool_limits(limits=int(os.environ[BLAS_THREADS]), user_api="blas"):
+    value = os.environ.setdefault(BLAS_THREADS, "1")
+    if not value.isdigit() or int(value) < 1:
+        print(f"error: {BLAS_THREADS}={value!r}: a number of threads >= 1", file=sys.stderr)
+        raise SystemExit(2)
+    with threadpool_limits(limits=int(value), user_api="blas"):
         main()
 
 
