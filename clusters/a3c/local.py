@@ -27,11 +27,11 @@ from torch import nn
 from clusters.a3c.weights import fresh_networks, load_vector, params_vector
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.cluster_env import learning_environment
-from dl2ray.learn.actor_critic import LossConfig, compute_gradients, entropy_weight, flatten
+from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
 from dl2ray.learn.exploration import JobAwareExploration
 from dl2ray.learn.records import UpdateRecord, UpdateRow
 from dl2ray.learn.rollout import Collector, to_batch
-from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, environments, pg_update
+from dl2ray.learn.shape.pg import OnPolicyCollector, build_job_value, entropy_bonus, environments, pg_update
 from dl2ray.learn.shape.trainer import counterfactual_update
 from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.policy.encoding import Encoding
@@ -186,8 +186,7 @@ class OnPolicyStep:
         theta = params_vector(self.policy, None)
         s = self.cfg.policy.shape
         played = self.collector.collect(NumpyShapePolicy(self.policy), s.envs)  # type: ignore[arg-type]
-        beta = entropy_weight(s.entropy_weight, s.entropy_decay_updates, version)  # by the global update
-        beta = beta if self.settings.exploration else 0.0  # Table 2's switches
+        beta = entropy_bonus(s, version, self.settings.exploration)  # by the global update; Table 2's switch
         row = pg_update(self.policy, self.baseline, self.opt, self.baseline_opt,  # type: ignore[arg-type]
                         played, s.epochs, s.trust, beta,  # (as in ShapeTrainer)
                         control=self.rng if self.settings.zero_advantage else None,

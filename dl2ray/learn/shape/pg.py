@@ -55,8 +55,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from dl2ray.config import ShapeConfig
 from dl2ray.envs.cluster_env import ClusterEnvironment
-from dl2ray.learn.actor_critic import masked_entropy
+from dl2ray.learn.actor_critic import entropy_weight, masked_entropy
 from dl2ray.learn.records import PolicyGradientRow
 from dl2ray.learn.shape.sl import PackedSlots, SlotSample, masked_job_logits
 from dl2ray.policy.shape import ShapeEncoding, job_features
@@ -257,6 +258,13 @@ class SurrogateTarget:
     def moved(self, net: ShapePolicyNet) -> float:
         """:meth:`kl_at` of ``net``'s logits: how far ``net`` has moved from the old policy."""
         return self.kl_at(self.logits(net, grad=False))
+
+
+def entropy_bonus(s: ShapeConfig, update: int, exploration: bool = True) -> float:
+    """β of update ``update`` (counted from 0): ``s.entropy_weight`` falling to 0 over
+    ``s.entropy_decay_updates`` (:func:`~dl2ray.learn.actor_critic.entropy_weight`); 0 without exploration
+    (Table 2's switch)."""
+    return entropy_weight(s.entropy_weight, s.entropy_decay_updates, update) if exploration else 0.0
 
 
 def pg_update(net: ShapePolicyNet, value: JobValue, opt: torch.optim.Optimizer,

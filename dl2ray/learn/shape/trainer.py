@@ -34,7 +34,6 @@ import torch
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.cluster_env import ClusterEnvironment, learning_environment
 from dl2ray.learn import seeds as seedsets
-from dl2ray.learn.actor_critic import entropy_weight
 from dl2ray.learn.records import (
     CounterfactualRow,
     MixRow,
@@ -49,7 +48,14 @@ from dl2ray.learn.records import (
 )
 from dl2ray.learn.shape.counterfactual import Collected, improve_policy
 from dl2ray.learn.shape.mix import mix_update
-from dl2ray.learn.shape.pg import EnvironmentOf, OnPolicyCollector, build_job_value, environments, pg_update
+from dl2ray.learn.shape.pg import (
+    EnvironmentOf,
+    OnPolicyCollector,
+    build_job_value,
+    entropy_bonus,
+    environments,
+    pg_update,
+)
 from dl2ray.learn.shape.twin import TwinExperience
 from dl2ray.learn.validation import validation_row
 from dl2ray.policy.network import CheckpointError
@@ -140,8 +146,7 @@ class ShapeTrainer:
                 self.experience.observe_if_due(policy)
             s = self.cfg.policy.shape
             played = self.pg.collect(policy, s.envs)
-            beta = entropy_weight(s.entropy_weight, s.entropy_decay_updates, self.updates - 1)
-            beta = beta if self.opts.exploration else 0.0
+            beta = entropy_bonus(s, self.updates - 1, self.opts.exploration)
             row = pg_update(self.policy, self.value, self.opt, self.value_opt, played, s.epochs, s.trust,
                             beta, self.updates, control, self.opts.critic)
         else:
