@@ -92,7 +92,7 @@ def a3c_run(ray_session, tiny, tmp_path_factory):
 @pytest.mark.slow
 def test_two_agents_train_and_survive_a_killed_agent(ray_session, a3c_run) -> None:
     ray, run = ray_session, a3c_run
-    ray.get([a.stats.remote() for a in run.agents])  # both constructed before the clock starts
+    ray.get([a.stats.remote() for a in run.agents])  # both agents constructed before training starts
     first = run.train(4)
     assert first == 4  # pushes beyond the target are dropped: exactly the target
     # On a loaded 2-core machine one agent can land the first 4 pushes before the other's first
