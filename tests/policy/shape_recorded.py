@@ -7,15 +7,26 @@ of its jobs in order, their task counts and their nodes (:func:`digest`).
 ``tests/data/regression/shape_decisions.json`` holds the digests recorded from the decision path before
 issue 38 (main at f06c8e3: numpy job features, the network in numpy, the compiled menu loop, Python's
 placement and Optimus layout), except ``dl2-large``'s, re-recorded when its weights were re-shipped
-(issue 37, 2026-12-02); re-record only for a change that is meant to change decisions::
+(issue 37, 2026-12-02), and ``dl2-large-clairvoyant``'s, re-recorded from the reference path under the
+pinned kernel below (2026-12-02: 4 slots changed, each a near-tie); re-record only for a change that
+is meant to change decisions::
 
     PYTHONPATH=. .venv/bin/python tests/policy/shape_recorded.py
+
+A policy's logits are sums of products, and OpenBLAS picks its matrix kernel for the CPU it runs on:
+an AVX-512 kernel and an AVX2 one round a near-tie apart, so the same weights can decide a slot
+differently on another machine (CI's AVX2 machine decided 4 of ``dl2-large-clairvoyant``'s 200 slots
+differently from a record made under AVX-512). The record is therefore made, and checked, in a child
+process under one named kernel, :data:`OPENBLAS_CORETYPE` (AVX2, which every x86-64 CPU since 2013 runs),
+with one BLAS thread: :func:`recorded_run` is that child.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 RECORD = REPO / "tests/data/regression/shape_decisions.json"
 SLOTS = 200
 """Slots recorded per policy (the issue's floor)."""
+OPENBLAS_CORETYPE = "Haswell"
+"""The OpenBLAS kernel the record is made and checked under (AVX2)."""
 
 CASES = {
     "dl2-large": ("models/dl2-large.pt", "configs/large.yaml"),
@@ -79,12 +92,27 @@ def drive(case: str, decide: Callable | None = None, slots: int = SLOTS
         seed += 1
 
 
-def record() -> dict:
+def record() -> dict[str, list[str]]:
+    """``{case: [digest of each slot's allocation]}`` from the deployed scheduler, in this process."""
     return {case: [digest(alloc) for *_, alloc in drive(case)] for case in CASES}
 
 
+def recorded_run() -> dict[str, list[str]]:
+    """:func:`record` in a child process under the pinned kernel :data:`OPENBLAS_CORETYPE`, one thread."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": OPENBLAS_CORETYPE, "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, __file__, "--print"], env=env, capture_output=True, text=True,
+                         check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"recording under OPENBLAS_CORETYPE={OPENBLAS_CORETYPE} failed:\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
 if __name__ == "__main__":
-    out = record()
-    RECORD.parent.mkdir(parents=True, exist_ok=True)
-    RECORD.write_text(json.dumps(out, indent=0) + "\n")
-    print({k: len(v) for k, v in out.items()}, file=sys.stderr)
+    if sys.argv[1:] == ["--print"]:
+        print(json.dumps(record()))
+    else:
+        out = recorded_run()
+        RECORD.parent.mkdir(parents=True, exist_ok=True)
+        RECORD.write_text(json.dumps(out, indent=0) + "\n")
+        print({k: len(v) for k, v in out.items()}, file=sys.stderr)
