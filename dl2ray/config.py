@@ -309,6 +309,10 @@ class ShapeConfig(_Frozen):
     entropy_decay_updates: int = Field(
         default=0, ge=0, description="online pg: the entropy bonus falls linearly to 0 over this many "
         "updates (0: constant); update u's weight is entropy_weight·max(0, 1 − u/this), u counted from 0")
+    rollback: float | None = Field(
+        default=None, gt=1, description="single-process RL (dl2ray.learn.train): after a validation whose "
+        "average JCT is above this × the best so far, the learner goes on from the best checkpoint's "
+        "weights, optimiser and baseline (its sampling generator runs on: new stretches); None: never")
     profile_features: bool = Field(
         default=False, description="describe jobs by the operator's profile instead of a job-type one-hot: "
         "per job its estimated slots to finish and its observed speed over the profile's, per menu row its "

@@ -145,6 +145,7 @@ class RLResult:
     history: list[UpdateRecord] = field(default_factory=list)
     validation: list[ValidationRow] = field(default_factory=list)
     wall_seconds: float = 0.0  # training and validation, summed over resumed sessions
+    rewinds: list[int] = field(default_factory=list)  # updates after which it went back to its best
 
     @property
     def best(self) -> ValidationRow | None:
@@ -226,6 +227,7 @@ def restore_result(result: RLResult, doc: dict[str, Any], updates: int) -> None:
     result.validation = [ValidationRow(**row) for row in doc["validation"]]
     result.baseline_avg_jct = float(doc["baseline_avg_jct"])
     result.wall_seconds = float(doc.get("wall_seconds", 0.0))
+    result.rewinds = [int(u) for u in doc.get("rewinds", [])]
     result.updates = updates
 
 

@@ -4,8 +4,11 @@ runs any :class:`~dl2ray.learn.records.Learner` to a number of updates.
 
 Every ``val_every`` updates (and before the first and after the last) the learner validates; the best
 checkpoint goes to ``OUT.best.pt``, every ``checkpoint_every`` updates ``OUT`` and ``OUT.json`` (config,
-seed, options, seed sets, history) are written, and ``resume=True`` continues from ``OUT``. TensorBoard
-scalars (``rl/<field>`` per update, ``rl/val_avg_jct`` per validation) go to ``logdir`` through
+seed, options, seed sets, history) are written, and ``resume=True`` continues from ``OUT``. With
+``policy.shape.rollback`` ρ (shape learners), a validation above ρ × the best so far sends the learner
+back to ``OUT.best.pt`` (:meth:`~dl2ray.learn.shape.trainer.ShapeTrainer.rewind`; the update is listed in
+``result.rewinds``): a run that wandered off keeps searching from its best point, not from where it went.
+TensorBoard scalars (``rl/<field>`` per update, ``rl/val_avg_jct`` per validation) go to ``logdir`` through
 :func:`tensorboard_writer`, :func:`log_update` and :func:`log_validation` — the same helpers the A3C
 ``GlobalPolicy`` (``clusters.a3c``) logs with.
 """
@@ -72,6 +75,7 @@ def train_rl(
     """
     opts = options or RLOptions()
     trainer = make_trainer(cfg, init, seed, opts, val_cfg)
+    rollback = cfg.policy.shape.rollback if algorithm(opts.algo).arch == "shape" else None
     if resume and out is not None and out.exists():
         trainer.restore(out)
     clock = time.perf_counter()
@@ -103,6 +107,10 @@ def train_rl(
             tick()
             if out is not None and (best is None or val.avg_jct < best.avg_jct):
                 trainer.save(out.with_suffix(".best.pt"))
+            elif out is not None and rollback is not None and best is not None and \
+                    val.avg_jct > rollback * best.avg_jct and u < updates:
+                trainer.rewind(out.with_suffix(".best.pt"))
+                trainer.result.rewinds.append(u)
             best = trainer.result.best
         if out is not None and (u % opts.checkpoint_every == 0 or u == updates):
             tick()

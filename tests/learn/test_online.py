@@ -205,3 +205,69 @@ def test_the_shape_entropy_bonus_falls_to_zero_over_its_decay_updates(monkeypatc
     step.take(params_vector(step.policy, None))
     step.compute(1)
     assert seen == pytest.approx([0.1])
+
+
+def _with_shape(cfg, **update):
+    shape = cfg.policy.shape.model_copy(update=update)
+    return cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"shape": shape})})
+
+
+def test_rewind_restores_the_learning_state_and_keeps_the_run_going(tmp_path) -> None:
+    """``ShapeTrainer.rewind``: weights, optimiser and baseline as saved; updates, episodes, the sampling
+    generator and the history as they were."""
+    import torch
+
+    from dl2ray.learn.shape.trainer import ShapeTrainer
+
+    trainer = ShapeTrainer(SHAPE, None, 0, RLOptions(algo="pg", traces=2, val_traces=1, val_every=100))
+    trainer.update()
+    trainer.save(tmp_path / "best.pt")
+    saved = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    saved_value = {k: v.clone() for k, v in trainer.value.state_dict().items()}
+    saved_steps = float(trainer.opt.state_dict()["state"][0]["step"])
+    trainer.update()
+    trainer.update()
+    moved = any(not torch.equal(v, saved[k]) for k, v in trainer.policy.state_dict().items())
+    assert moved, "two updates left the weights where they were: nothing to rewind"
+    state, episodes = dict(trainer.sample_rng.bit_generator.state), trainer.episodes
+    rows = len(trainer.result.history)
+    trainer.rewind(tmp_path / "best.pt")
+    assert all(torch.equal(v, saved[k]) for k, v in trainer.policy.state_dict().items())
+    assert all(torch.equal(v, saved_value[k]) for k, v in trainer.value.state_dict().items())
+    assert float(trainer.opt.state_dict()["state"][0]["step"]) == saved_steps  # Adam's, as saved
+    assert (trainer.updates, trainer.episodes, len(trainer.result.history)) == (3, episodes, rows)
+    assert trainer.sample_rng.bit_generator.state == state
+    trainer.update()  # and it learns on
+    assert trainer.updates == 4
+
+
+@pytest.mark.parametrize("rollback", [None, 1.0001])
+def test_train_rl_rewinds_after_a_validation_worse_than_rollback_times_the_best(tmp_path, monkeypatch,
+                                                                                  rollback) -> None:
+    """``policy.shape.rollback`` ρ: after each validation above ρ × the best before it (not the last),
+    the learner continues from ``OUT.best.pt``; ``result.rewinds`` lists those updates, the checkpoint
+    keeps them; without it, never."""
+    import dl2ray.learn.shape.trainer as trainer_mod
+    from dl2ray.learn.train import train_rl
+
+    rewound: list[int] = []
+    real = trainer_mod.ShapeTrainer.rewind
+
+    def spy(self, path):
+        assert path == tmp_path / "run.best.pt"
+        rewound.append(self.updates)
+        real(self, path)
+
+    monkeypatch.setattr(trainer_mod.ShapeTrainer, "rewind", spy)
+    cfg = _with_shape(SHAPE, rollback=rollback, entropy_weight=0.5, lr=0.05, trust=None)  # large steps
+    opts = RLOptions(algo="pg", traces=2, val_traces=1, val_every=1, checkpoint_every=1)
+    _, result = train_rl(cfg, None, 6, 0, tmp_path / "run.pt", opts)
+    jct = [v.avg_jct for v in result.validation]
+    want = [v.update for i, v in enumerate(result.validation[1:], 1)
+            if rollback is not None and v.update < 6 and v.avg_jct > rollback * min(jct[:i])]
+    assert result.rewinds == rewound == want
+    if rollback is not None:
+        assert want, f"validation {jct} never worse than its best: the test does not test a rewind"
+    from dl2ray.policy.shape_net import load_shape_checkpoint
+
+    assert load_shape_checkpoint(tmp_path / "run.pt").extra["result"]["rewinds"] == want

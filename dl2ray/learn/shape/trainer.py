@@ -169,6 +169,17 @@ class ShapeTrainer:
             extra["pg_episodes"] = self.pg.episodes
         save_shape_checkpoint(path, self.policy, self.cfg.catalogue.names, extra=extra)
 
+    def rewind(self, path: Path) -> None:
+        """Go back to the learning state a checkpoint :meth:`save` wrote — weights, optimiser, baseline —
+        and keep everything else (updates, episodes, the sampling generator, the history): the run
+        continues from the best checkpoint with new stretches (``policy.shape.rollback``)."""
+        ckpt = load_shape_checkpoint(path, expect=self.enc)
+        self.policy.load_state_dict(ckpt.policy.state_dict())
+        self.opt.load_state_dict(ckpt.extra["optimizer"])
+        if self.pg is not None:
+            self.value.load_state_dict(ckpt.extra["value"]["net"])
+            self.value_opt.load_state_dict(ckpt.extra["value"]["optimizer"])
+
     def restore(self, path: Path) -> None:
         """Continue from a checkpoint :meth:`save` wrote (the episodes in progress restart)."""
         ckpt = load_shape_checkpoint(path, expect=self.enc)
