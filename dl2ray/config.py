@@ -306,6 +306,10 @@ class ShapeConfig(_Frozen):
         default=0.02, gt=0, description="stop an update's Adam steps once the mean KL(old ‖ new) over every "
         "job of its slots exceeds this (nats); None: all epochs")
     entropy_weight: float = Field(default=0.0, ge=0, description="entropy bonus weight")
+    credit_discount: float = Field(
+        default=1.0, gt=0, le=1, description="online pg with --credit slot: the return of slot t is "
+        "−Σ_{h≥t} γ^(h−t)·(jobs in the system at h) with this γ (1: the undiscounted remaining total JCT; "
+        "dl2ray.learn.shape.pg)")
     entropy_decay_updates: int = Field(
         default=0, ge=0, description="online pg: the entropy bonus falls linearly to 0 over this many "
         "updates (0: constant); update u's weight is entropy_weight·max(0, 1 − u/this), u counted from 0")

@@ -175,7 +175,7 @@ class OnPolicyStep:
         enc = ShapeEncoding.from_config(cfg)
         self.collector = OnPolicyCollector(environments([learning_environment(cfg, traces)]), enc, self.rng,
                                            settings.credit,  # type: ignore[arg-type]
-                                           explore=settings.exploration)
+                                           explore=settings.exploration, discount=s.credit_discount)
         self.baseline = build_job_value(enc, s.head, seed)
         self.baseline_opt = torch.optim.Adam(self.baseline.parameters(), lr=s.lr)
 

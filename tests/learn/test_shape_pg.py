@@ -22,10 +22,11 @@ TINY = tiny_shape_config()
 ENC = ShapeEncoding.from_config(TINY)
 
 
-def _collector(credit: str, seed: int = 0, explore: bool = True) -> OnPolicyCollector:
+def _collector(credit: str, seed: int = 0, explore: bool = True, discount: float = 1.0) -> OnPolicyCollector:
     sims = [build_simulator(TINY, world="operator")]
     envs = [ClusterEnvironment(sim, lambda k: (1_000_000 + k, None)) for sim in sims]
-    return OnPolicyCollector(environments(envs), ENC, np.random.default_rng(seed), credit, explore=explore)
+    return OnPolicyCollector(environments(envs), ENC, np.random.default_rng(seed), credit, explore=explore,
+                             discount=discount)
 
 
 def test_credit_by_hand() -> None:
@@ -37,6 +38,15 @@ def test_credit_by_hand() -> None:
     # slot: every job's time in the system from slot t on: 1 + (0.5 + 1) + 1 = 3.5, then 2.5, then 1
     slot = _collector("slot")._credit(seen, present, end, last=3.0)
     assert [c.tolist() for c in slot] == [[-3.5], [-2.5, -2.5], [-1.0]]
+    # discounted (γ = 0.5): slot 2: 1; slot 1: 1.5 + 0.5·1 = 2; slot 0: 1 + 0.5·2 = 2
+    slot = _collector("slot", discount=0.5)._credit(seen, present, end, last=3.0)
+    assert [c.tolist() for c in slot] == [[-2.0], [-2.0, -2.0], [-1.0]]
+    # a slot with no job in between still counts as a step: slots 0 and 2, γ² between them
+    gap = [(0, [1]), (1, []), (2, [2])]
+    slot = _collector("slot", discount=0.5)._credit([gap[0], gap[2]], gap, {1: 1.0, 2: 3.0}, last=3.0)
+    assert [c.tolist() for c in slot] == [[-1.25], [-1.0]]
+    with pytest.raises(ValueError, match="discount"):
+        _collector("slot", discount=0.0)
 
 
 def test_collection_samples_on_policy_and_credits_every_decision() -> None:

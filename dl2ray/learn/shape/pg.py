@@ -24,7 +24,9 @@ did not):
 - ``"slot"``: ``R_t = −Σ_{h ≥ t} Σ_{j present at h} min(1, end_j − h)``, every job in the system
   from slot ``t`` on, later arrivals included: minus the remaining total JCT, the return whose
   episode sum is minus the total JCT, shared by every choice of the slot (unbiased, noisy: the
-  slot's ``n`` choices share one number).
+  slot's ``n`` choices share one number). With ``policy.shape.credit_discount`` γ < 1 each later slot
+  counts ``γ^(h−t)``: the slots far ahead, which the choice hardly moves and later arrivals fill with
+  noise, weigh less (biased toward the near future, as the DL2 paper's γ = 0.9 return is).
 
 **Baseline**: a value network ``V(x_j, g)`` (an MLP over the job's row and the global row, two hidden
 layers of ``head`` units) fitted each update to the credit by mean squared error (``4·epochs`` Adam
@@ -105,10 +107,14 @@ class OnPolicyCollector:
     comes from what the environment showed (who was in each slot, when each job finished)."""
 
     def __init__(self, env_of: EnvironmentOf, enc: ShapeEncoding, rng: np.random.Generator,
-                 credit: Credit = "job", start_episode: int = 0, explore: bool = True) -> None:
+                 credit: Credit = "job", start_episode: int = 0, explore: bool = True,
+                 discount: float = 1.0) -> None:
         if credit not in ("job", "slot"):
             raise ValueError(f"credit: {credit!r}: known: job, slot")
+        if not 0 < discount <= 1:
+            raise ValueError(f"discount: {discount}: need 0 < γ ≤ 1")
         self.env_of, self.enc, self.rng, self.credit = env_of, enc, rng, credit
+        self.discount = discount  # γ of the slot credit (module docstring)
         self.explore = explore  # False (Table 2's "without exploration"): every row the greedy one
         self.episodes = start_episode
 
@@ -155,13 +161,13 @@ class OnPolicyCollector:
 
         if self.credit == "job":
             return [np.array([-(left(j) - t) for j in ids], np.float32) for t, ids in seen]
-        # minus the time every job spends in the system from slot t on: suffix sums over the slots
+        # minus the time every job spends in the system from slot t on: (discounted) suffix sums
         in_slot = {t: sum(min(1.0, max(0.0, left(j) - t)) for j in ids) for t, ids in present}
         slots = sorted(in_slot)
-        suffix, acc = {}, 0.0
+        suffix, acc, after = {}, 0.0, None
         for t in reversed(slots):
-            acc += in_slot[t]
-            suffix[t] = acc
+            acc = in_slot[t] + (self.discount ** (after - t) * acc if after is not None else 0.0)
+            suffix[t], after = acc, t
         return [np.full(len(ids), -suffix[t], np.float32) for t, ids in seen]
 
 

@@ -104,7 +104,7 @@ class ShapeTrainer:
         self.pg: OnPolicyCollector | None = None
         if self.algorithm.on_policy:  # on-policy per-job policy gradient, own baseline
             self.pg = OnPolicyCollector(self._on_policy_environments(), self.enc, self.sample_rng,
-                                        opts.credit, explore=opts.exploration)
+                                        opts.credit, explore=opts.exploration, discount=s.credit_discount)
             self.value = build_job_value(self.enc, s.head, seed)
             self.value_opt = torch.optim.Adam(self.value.parameters(), lr=s.lr)
         self.updates = 0
