@@ -226,6 +226,10 @@ def train_rl(
     if credit not in ("job", "slot"):
         raise UserError(f"--credit: {credit!r}: known: job, slot")
     cfg = _with_experience(cfg, experience)
+    if cfg.policy.shape.credit_discount != 1.0 and not (credit == "slot" and learner.on_policy
+                                                         and learner.arch == "shape"):
+        raise UserError(f"policy.shape.credit_discount: {cfg.policy.shape.credit_discount}: discounts the "
+                        f"slot credit of --algo pg/mix only (here --algo {algo} --credit {credit})")
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
     # a switch turned off that the algorithm does not have is refused (A3C's replay is off by default)

@@ -188,6 +188,9 @@ def check_teacher_config(cfg: ExperimentConfig, other: ExperimentConfig, where: 
         if key not in LEARNING_ONLY and mine.get(key) != theirs.get(key):
             raise UserError(f"{where}: {key}: differs from --config's; a teacher's config may change only "
                             f"{', '.join(LEARNING_ONLY)}")
+    if other.policy.shape.credit_discount != 1.0:
+        raise UserError(f"{where}: policy.shape.credit_discount: {other.policy.shape.credit_discount}: the "
+                        "paper's runs credit each job (--credit job), which has no discount")
 
 
 def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out: Path,

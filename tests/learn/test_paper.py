@@ -64,6 +64,10 @@ def test_a_teacher_config_of_another_cluster_is_refused_naming_the_field():
     with pytest.raises(UserError, match=r"--teacher-config x: sim: differs"):
         check_teacher_config(TINY, bigger, "--teacher-config x")
     check_teacher_config(TINY, TINY.model_copy(update={"name": "other"}), "--teacher-config x")
+    shape = TINY.policy.shape.model_copy(update={"credit_discount": 0.9})  # the paper's job credit has none
+    discounted = TINY.model_copy(update={"policy": TINY.policy.model_copy(update={"shape": shape})})
+    with pytest.raises(UserError, match=r"--teacher-config x: policy.shape.credit_discount: 0.9"):
+        check_teacher_config(TINY, discounted, "--teacher-config x")
 
 
 @pytest.mark.slow

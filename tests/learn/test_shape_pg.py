@@ -4,6 +4,7 @@ learns, resumes with its baseline and ships, and its control."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,3 +199,13 @@ def test_without_exploration_every_stretch_is_played_greedily() -> None:
     for sample in greedy[0].slots:  # each job's row is its best allowed one
         logits = np.where(sample.masks, policy.logits(sample.x, sample.g), -np.inf)
         assert (logits[np.arange(len(sample.actions)), sample.actions] == logits.max(axis=1)).all()
+
+
+
+@pytest.mark.parametrize("argv", [["--algo", "pg"], ["--algo", "pg", "--credit", "job"], ["--algo", "paper"]])
+def test_a_credit_discount_without_slot_credit_exits_2(capsys, tmp_path, argv) -> None:
+    """``policy.shape.credit_discount`` discounts ``--credit slot`` alone: elsewhere it would be ignored."""
+    config = Path(__file__).resolve().parents[2] / "configs/testbed-online-explore-discounted.yaml"
+    code, _, err = run_cli(capsys, "train", "rl", "--config", str(config), *argv, "--out",
+                           str(tmp_path / "a.pt"), "--updates", "1")
+    assert code == 2 and "policy.shape.credit_discount: 0.9" in err and "Traceback" not in err

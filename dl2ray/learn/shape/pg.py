@@ -111,8 +111,8 @@ class OnPolicyCollector:
                  discount: float = 1.0) -> None:
         if credit not in ("job", "slot"):
             raise ValueError(f"credit: {credit!r}: known: job, slot")
-        if not 0 < discount <= 1:
-            raise ValueError(f"discount: {discount}: need 0 < γ ≤ 1")
+        if not 0 < discount <= 1 or (credit == "job" and discount != 1.0):
+            raise ValueError(f"discount: {discount}: need 0 < γ ≤ 1, and 1 with job credit")
         self.env_of, self.enc, self.rng, self.credit = env_of, enc, rng, credit
         self.discount = discount  # γ of the slot credit (module docstring)
         self.explore = explore  # False (Table 2's "without exploration"): every row the greedy one
