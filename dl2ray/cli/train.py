@@ -18,7 +18,7 @@ from dl2ray.evaluation.report import emit
 
 if TYPE_CHECKING:
     from dl2ray.config import ExperimentConfig
-    from dl2ray.learn.records import RLOptions, RLResult, ValidationRow
+    from dl2ray.learn.records import Algorithm, RLOptions, RLResult, ValidationRow
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _err = Console(stderr=True)
@@ -151,6 +151,19 @@ def _with_experience(cfg, experience: str | None):
     return cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"experience": experience})})
 
 
+def _check_shape_learning(cfg: ExperimentConfig, learner: Algorithm, credit: str, agents: int) -> None:
+    """UserError for a ``policy.shape`` learning setting nothing in this run would read:
+    ``credit_discount`` without a shape on-policy learner's ``--credit slot``, ``rollback`` outside a
+    single-process shape learner."""
+    s = cfg.policy.shape
+    if s.credit_discount != 1.0 and not (credit == "slot" and learner.on_policy and learner.arch == "shape"):
+        raise UserError(f"policy.shape.credit_discount: {s.credit_discount}: discounts the slot credit of "
+                        f"--algo pg/mix only (here --algo {learner.name} --credit {credit})")
+    if s.rollback is not None and (agents > 1 or learner.arch != "shape"):
+        raise UserError(f"policy.shape.rollback: {s.rollback}: rolls back a single-process shape learner "
+                        f"only (here --algo {learner.name}, --agents {agents})")
+
+
 @app.command("rl")
 def train_rl(
     ctx: typer.Context,
@@ -226,10 +239,7 @@ def train_rl(
     if credit not in ("job", "slot"):
         raise UserError(f"--credit: {credit!r}: known: job, slot")
     cfg = _with_experience(cfg, experience)
-    if cfg.policy.shape.credit_discount != 1.0 and not (credit == "slot" and learner.on_policy
-                                                         and learner.arch == "shape"):
-        raise UserError(f"policy.shape.credit_discount: {cfg.policy.shape.credit_discount}: discounts the "
-                        f"slot credit of --algo pg/mix only (here --algo {algo} --credit {credit})")
+    _check_shape_learning(cfg, learner, credit, agents)
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
     # a switch turned off that the algorithm does not have is refused (A3C's replay is off by default)

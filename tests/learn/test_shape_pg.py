@@ -209,3 +209,12 @@ def test_a_credit_discount_without_slot_credit_exits_2(capsys, tmp_path, argv) -
     code, _, err = run_cli(capsys, "train", "rl", "--config", str(config), *argv, "--out",
                            str(tmp_path / "a.pt"), "--updates", "1")
     assert code == 2 and "policy.shape.credit_discount: 0.9" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["--algo", "pg", "--agents", "2"], ["--algo", "paper"]])
+def test_rollback_where_nothing_rolls_back_exits_2(capsys, tmp_path, argv) -> None:
+    """``policy.shape.rollback`` is the single-process shape learners' (dl2ray.learn.train)."""
+    config = Path(__file__).resolve().parents[2] / "configs/testbed-online-explore-rollback.yaml"
+    code, _, err = run_cli(capsys, "train", "rl", "--config", str(config), *argv, "--out",
+                           str(tmp_path / "a.pt"), "--updates", "1")
+    assert code == 2 and "policy.shape.rollback: 1.2" in err and "Traceback" not in err
