@@ -351,6 +351,9 @@ def paper(
     teacher_config: Annotated[list[str] | None, typer.Option(
         help="Fig. 16: TEACHER=CONFIG: that teacher's runs learn with CONFIG's policy settings (the same "
              "cluster as --config; repeat)")] = None,
+    teacher_updates: Annotated[list[str] | None, typer.Option(
+        help="Fig. 16: TEACHER=N: that teacher's runs (its seeds and its control) take N updates instead "
+             "of --updates (repeat)")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The paper's learning experiments, online: Fig. 10 (SL only, RL only, SL+RL), Fig. 16 (DRF, FIFO and
@@ -388,7 +391,8 @@ def paper(
                             seeds=tuple(range(seeds)) if seeds else s.seeds, agents=counts,
                             federation=federation,
                             teacher_configs=tuple((t, x.partition("=")[2]) for t, x in
-                                                  zip(teacher_cfgs, teacher_config or [], strict=True)))
+                                                  zip(teacher_cfgs, teacher_config or [], strict=True)),
+                            teacher_updates=_teacher_updates(s.teachers, teacher_updates or []))
     out = _out_dir(out)
     torch.set_num_threads(1)  # this process forks evaluation workers (see _checkpoint)
     with _Bars(s.updates) as bars:
@@ -397,7 +401,8 @@ def paper(
     given = [("--config", config), ("--updates", updates), ("--seeds", seeds), ("--test-traces", test_traces),
              ("--agents", agents if agents != "2" else None),
              ("--federation", federation if federation != 2 else None),
-             *(("--teacher-config", spec) for spec in teacher_config or [])]
+             *(("--teacher-config", spec) for spec in teacher_config or []),
+             *(("--teacher-updates", spec) for spec in teacher_updates or [])]
     command = shlex.join(["dl2ray", "experiment", "paper", "--out", str(out), *(["--quick"] if quick else []),
                           *(x for opt, v in given if v is not None for x in (opt, str(v))),
                           "--workers", str(workers)])
@@ -405,6 +410,25 @@ def paper(
     _write_json({**study.document(result), "report": str(report)}, out / "paper.json", json_out)
     if not json_out:
         print(f"wrote {report} ({result.wall_s / 60:.1f} min)")
+
+
+def _teacher_updates(teachers: tuple[str, ...], specs: list[str]) -> tuple[tuple[str, int], ...]:
+    """``--teacher-updates TEACHER=N`` entries as ``((teacher, N), …)`` (UserError for an entry without
+    ``=`` or a count, a teacher the run does not train, one given twice, or N < 1)."""
+    out: dict[str, int] = {}
+    for spec in specs:
+        teacher, eq, count = spec.partition("=")
+        if not eq or not count.strip().isdigit():
+            raise UserError(f"--teacher-updates {spec!r}: TEACHER=N, e.g. fifo=120")
+        if teacher not in teachers:
+            raise UserError(f"--teacher-updates {spec!r}: {teacher!r} is not a teacher of this run "
+                            f"({', '.join(teachers)})")
+        if teacher in out:
+            raise UserError(f"--teacher-updates {spec!r}: {teacher} given twice")
+        if int(count) < 1:
+            raise UserError(f"--teacher-updates {spec!r}: need at least 1 update")
+        out[teacher] = int(count)
+    return tuple(out.items())
 
 
 def _teacher_configs(cfg: ExperimentConfig, teachers: tuple[str, ...], specs: list[str]) -> dict:

@@ -107,11 +107,17 @@ class PaperSettings:
     unseen_phases: int = 3  # Fig. 15: phases of online RL, each knowing more types (0 skips it)
     # Fig. 16: (teacher, config file) whose runs learn with that config's learning settings (same cluster)
     teacher_configs: tuple[tuple[str, str], ...] = ()
+    # Fig. 16: (teacher, updates) whose runs (its seeds and its control) take that many updates, not updates
+    teacher_updates: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def quick(cls, workers: int = 2) -> PaperSettings:
         return cls(updates=1, seeds=(0,), teachers=("drf", "fifo"), traces=2, val_traces=1, val_every=1,
                    test_traces=1, sl_traces=2, sl_val_traces=1, sl_epochs=2, workers=workers)
+
+    def updates_of(self, teacher: str) -> int:
+        """The updates of ``teacher``'s runs: its ``teacher_updates`` entry, else ``updates``."""
+        return dict(self.teacher_updates).get(teacher, self.updates)
 
     def options(self) -> RLOptions:
         return RLOptions(traces=self.traces, val_traces=self.val_traces, val_every=self.val_every,
@@ -201,10 +207,11 @@ def plans(cfg: ExperimentConfig, s: PaperSettings, students: dict[str, str], out
     runs = [RunPlan(RL_ONLY, cfg, None, opts, s.updates, s0, out / f"{RL_ONLY}.pt", resume=True)]
     for t in s.teachers:
         tc = (teacher_cfgs or {}).get(t, cfg)
-        runs += [RunPlan(f"{t}@{seed}", tc, Path(students[t]), opts, s.updates, seed, out / f"{t}@{seed}.pt",
+        n = s.updates_of(t)
+        runs += [RunPlan(f"{t}@{seed}", tc, Path(students[t]), opts, n, seed, out / f"{t}@{seed}.pt",
                          resume=True) for seed in s.seeds]
         runs.append(RunPlan(f"{t}-zero@{s0}", tc, Path(students[t]), replace(opts, zero_advantage=True),
-                            s.updates, s0, out / f"{t}-zero@{s0}.pt", resume=True))
+                            n, s0, out / f"{t}-zero@{s0}.pt", resume=True))
     for name in ablations_of(s.algo):
         if name not in ("full", "zero-advantage"):
             runs.append(RunPlan(f"{name}@{s0}", cfg, Path(students[first]), replace(opts, **ABLATIONS[name]),

@@ -157,7 +157,9 @@ def markdown(r: PaperResult, command: str) -> str:
         f"Wall time {r.wall_s / 60:.1f} min ("
         + ", ".join(f"{k} {v / 60:.1f}" for k, v in r.stages_s.items()) + ")."
         + "".join(f" The {t.upper()} student's runs (its seeds and its control) learn with `{path}`'s policy "
-                  "settings (the same cluster)." for t, path in s.teacher_configs),
+                  "settings (the same cluster)." for t, path in s.teacher_configs)
+        + "".join(f" The {t.upper()} student's runs (its seeds and its control) take {n} updates."
+                  for t, n in s.teacher_updates),
         "",
         "## Fig. 10: SL only, RL only, SL + RL",
         "",

@@ -45,6 +45,14 @@ def test_the_runs_are_every_figure_s_and_each_control(tmp_path):
     assert {p.opts.algo for p in runs.values()} == {"pg"} and all(p.resume for p in runs.values())
 
 
+def test_a_teacher_with_updates_of_its_own_takes_them_and_only_it(tmp_path):
+    s = PaperSettings(updates=60, seeds=(0, 1), teachers=("drf", "fifo"), teacher_updates=(("fifo", 120),))
+    students = {t: str(tmp_path / f"sl-{t}.pt") for t in s.teachers}
+    runs = {p.name: p for p in plans(TINY, s, students, tmp_path)}
+    assert {n for n, p in runs.items() if p.updates == 120} == {"fifo@0", "fifo@1", "fifo-zero@0"}
+    assert all(p.updates == 60 for n, p in runs.items() if not n.startswith("fifo"))
+
+
 def test_a_teacher_with_a_config_of_its_own_learns_with_it_and_only_it(tmp_path):
     s = PaperSettings(seeds=(0, 1), teachers=("drf", "srtf"))
     students = {t: str(tmp_path / f"sl-{t}.pt") for t in s.teachers}
@@ -129,6 +137,11 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     (["--teacher-config", "fifo"], "--teacher-config 'fifo': TEACHER=CONFIG"),
     (["--teacher-config", "srtf=configs/testbed-online.yaml"], "'srtf' is not a teacher of this run"),
     (["--teacher-config", "fifo=configs/no-such.yaml"], "no-such.yaml"),
+    (["--teacher-updates", "fifo"], "--teacher-updates 'fifo': TEACHER=N"),
+    (["--teacher-updates", "fifo=many"], "--teacher-updates 'fifo=many': TEACHER=N"),
+    (["--teacher-updates", "srtf=120"], "'srtf' is not a teacher of this run"),
+    (["--teacher-updates", "fifo=0"], "--teacher-updates 'fifo=0': need at least 1 update"),
+    (["--teacher-updates", "fifo=2", "--teacher-updates", "fifo=3"], "fifo given twice"),
 ])
 def test_bad_paper_options_exit_2(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "experiment", "paper", "--quick", *argv, "--out", str(tmp_path / "p"))
