@@ -412,42 +412,47 @@ def paper(
         print(f"wrote {report} ({result.wall_s / 60:.1f} min)")
 
 
-def _teacher_updates(teachers: tuple[str, ...], specs: list[str]) -> tuple[tuple[str, int], ...]:
-    """``--teacher-updates TEACHER=N`` entries as ``((teacher, N), …)`` (UserError for an entry without
-    ``=`` or a count, a teacher the run does not train, one given twice, or N < 1)."""
-    out: dict[str, int] = {}
+def _teacher_entries(option: str, teachers: tuple[str, ...], specs: list[str], form: str
+                     ) -> list[tuple[str, str, str]]:
+    """``OPTION TEACHER=VALUE`` entries, in order, as ``(teacher, value, spec)`` (UserError for an entry
+    without ``=`` or a value, a teacher the run does not train, or one given twice); ``form`` is the
+    message's ``TEACHER=…, e.g. …``."""
+    out: list[tuple[str, str, str]] = []
     for spec in specs:
-        teacher, eq, count = spec.partition("=")
-        if not eq or not count.strip().isdigit():
-            raise UserError(f"--teacher-updates {spec!r}: TEACHER=N, e.g. fifo=120")
+        teacher, sep, value = spec.partition("=")
+        if not sep or not value:
+            raise UserError(f"{option} {spec!r}: {form}")
         if teacher not in teachers:
-            raise UserError(f"--teacher-updates {spec!r}: {teacher!r} is not a teacher of this run "
+            raise UserError(f"{option} {spec!r}: {teacher!r} is not a teacher of this run "
                             f"({', '.join(teachers)})")
-        if teacher in out:
-            raise UserError(f"--teacher-updates {spec!r}: {teacher} given twice")
+        if teacher in (t for t, _, _ in out):
+            raise UserError(f"{option} {spec!r}: {teacher} given twice")
+        out.append((teacher, value, spec))
+    return out
+
+
+def _teacher_updates(teachers: tuple[str, ...], specs: list[str]) -> tuple[tuple[str, int], ...]:
+    """``--teacher-updates TEACHER=N`` entries as ``((teacher, N), …)`` (:func:`_teacher_entries`'s
+    errors, and one for N not a count ≥ 1)."""
+    form = "TEACHER=N, e.g. fifo=120"
+    out = []
+    for teacher, count, spec in _teacher_entries("--teacher-updates", teachers, specs, form):
+        if not count.strip().isdigit():
+            raise UserError(f"--teacher-updates {spec!r}: {form}")
         if int(count) < 1:
             raise UserError(f"--teacher-updates {spec!r}: need at least 1 update")
-        out[teacher] = int(count)
-    return tuple(out.items())
+        out.append((teacher, int(count)))
+    return tuple(out)
 
 
 def _teacher_configs(cfg: ExperimentConfig, teachers: tuple[str, ...], specs: list[str]) -> dict:
-    """``--teacher-config TEACHER=CONFIG`` entries, in order, as ``{teacher: config}`` (UserError for an
-    entry without ``=``, a teacher the run does not train, one given twice, or a config of another
-    cluster)."""
+    """``--teacher-config TEACHER=CONFIG`` entries, in order, as ``{teacher: config}``
+    (:func:`_teacher_entries`' errors, and one for a config of another cluster)."""
     from dl2ray.studies.paper import check_teacher_config
 
+    form = "TEACHER=CONFIG, e.g. fifo=configs/testbed-online-explore.yaml"
     out: dict[str, ExperimentConfig] = {}
-    for spec in specs:
-        teacher, sep, path = spec.partition("=")
-        if not sep or not path:
-            raise UserError(f"--teacher-config {spec!r}: TEACHER=CONFIG, e.g. "
-                            "fifo=configs/testbed-online-explore.yaml")
-        if teacher not in teachers:
-            raise UserError(f"--teacher-config {spec!r}: {teacher!r} is not a teacher of this run "
-                            f"({', '.join(teachers)})")
-        if teacher in out:
-            raise UserError(f"--teacher-config {spec!r}: {teacher} given twice")
+    for teacher, path, spec in _teacher_entries("--teacher-config", teachers, specs, form):
         other = load_config(path)
         check_teacher_config(cfg, other, f"--teacher-config {spec}")
         out[teacher] = other
