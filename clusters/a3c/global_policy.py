@@ -23,6 +23,11 @@ clusters) and :mod:`clusters.a3c.live` (a live cluster); a federation's learner 
   is the best so far. One validation runs at a time; when another falls due
   meanwhile, the newest due snapshot waits and older waiting ones are dropped
   (a validation of an untrained policy can take longer than many updates).
+- With ``share_baseline`` (the shape policy learning online, ``algo: pg``) the master also keeps the
+  value baseline the agents fit, as the paper's A3C shares its critic: the weights it hands out and the
+  pushes it takes are ``[policy ; baseline]``, and the baseline's part is applied with its own
+  :class:`~clusters.a3c.weights.OuterStep`; checkpoints carry it (``extra.baseline``), validations
+  judge the policy alone. Without it each agent keeps its own baseline.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import ray
 import torch
+from torch import nn
 
 from clusters.a3c.local import LocalSettings
 from clusters.a3c.weights import (
@@ -55,7 +61,9 @@ from dl2ray.config import ExperimentConfig
 from dl2ray.learn import train, validation
 from dl2ray.learn.actor_critic import ActorCriticOptimizer
 from dl2ray.learn.records import RLResult, UpdateRecord, ValidationRow, restore_result, result_doc
+from dl2ray.learn.shape.pg import build_job_value
 from dl2ray.policy.network import load_checkpoint
+from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import load_shape_checkpoint
 
 SHAPE_MAX_UPDATE_NORM = 10.0
@@ -92,6 +100,7 @@ class A3COptions:
     same_traces: bool = False  # the benchmark's control: every agent cycles all ``traces`` (not its part)
     algo: Literal["counterfactual", "pg"] = "counterfactual"  # shape agents: tries in the twin, or online pg
     credit: Literal["job", "slot"] = "job"  # shape agents, pg: a job choice's return
+    share_baseline: bool = False  # shape agents, pg: the master keeps the value baseline too (module doc)
 
     def __post_init__(self) -> None:
         if self.agents < 1 or self.traces < (1 if self.same_traces else self.agents):
@@ -101,6 +110,8 @@ class A3COptions:
             raise ValueError("pull_every and max_in_flight must be >= 1")
         if self.twin_window < 1 or self.observe_every < 1:
             raise ValueError("twin_window and observe_every must be >= 1")
+        if self.share_baseline and self.algo != "pg":
+            raise ValueError("share_baseline: only the online learner (algo pg) has a value baseline")
 
     def agent_traces(self, agent_id: int) -> list[int]:
         """Agent ``agent_id``'s training seeds: every ``agents``-th of ``seeds.training(traces)`` (with
@@ -113,7 +124,7 @@ class A3COptions:
         """What an agent's :class:`~clusters.a3c.local.LocalLearner` is built with."""
         return LocalSettings(self.steps_per_update, self.critic, self.exploration, self.twin,
                              self.twin_window, self.observe_every, self.zero_advantage,
-                             algo=self.algo, credit=self.credit)
+                             algo=self.algo, credit=self.credit, share_baseline=self.share_baseline)
 
 
 class ValidatorImpl:
@@ -165,7 +176,15 @@ class GlobalPolicyImpl:
             OuterStep(self.policy) if self.value is None
             else ActorCriticOptimizer(self.policy, self.value,  # type: ignore[arg-type]  # paper networks
                                       cfg.policy.rl_lr, options.max_grad_norm))
-        self.size = num_params(self.policy, self.value)
+        # the shared value baseline (module docstring), from the same seed as the agents' own would be
+        self.baseline: nn.Module | None = None
+        if options.share_baseline:
+            if self.value is not None:
+                raise ValueError("share_baseline: the paper's networks keep their critic in the master")
+            self.baseline = build_job_value(ShapeEncoding.from_config(cfg), cfg.policy.shape.head, seed)
+        self.baseline_step = OuterStep(self.baseline) if self.baseline is not None else None
+        self.size = num_params(self.policy, self.value) + (
+            num_params(self.baseline, None) if self.baseline is not None else 0)
         self.norm_bound = (options.max_update_norm if options.max_update_norm is not None
                            else SHAPE_MAX_UPDATE_NORM if self.value is None else None)
         self.max_norm_seen = 0.0  # the largest L2 norm of an applied push
@@ -231,7 +250,7 @@ class GlobalPolicyImpl:
             if self.checkpoint is not None and (u % self.opts.checkpoint_every == 0 or u == limit):
                 self._write()
         self._poll()
-        return self.opt.updates, (params_vector(self.policy, self.value) if pull else None)
+        return self.opt.updates, (self._vector() if pull else None)
 
     def apply_gradients(self, flat_grad: np.ndarray, agent_id: int) -> int:
         """One Adam step of both networks with a flat gradient (float32, :func:`flatten` layout).
@@ -239,14 +258,24 @@ class GlobalPolicyImpl:
         The value network only during the first ``critic_warmup`` updates.
         Returns the update count after it (no history row; :meth:`push` adds one).
         """
-        self.opt.apply_gradients(np.array(flat_grad, dtype=np.float32, copy=True),
-                                 train_policy=self.opt.updates >= self.opts.critic_warmup)
+        grads = np.array(flat_grad, dtype=np.float32, copy=True)
+        if self.baseline_step is not None:  # [policy ; baseline]: the baseline's part by its own step
+            n = num_params(self.policy, None)
+            grads, baseline = grads[:n], grads[n:]
+            self.baseline_step.apply_gradients(baseline)
+        self.opt.apply_gradients(grads, train_policy=self.opt.updates >= self.opts.critic_warmup)
         self.per_agent[agent_id] = self.per_agent.get(agent_id, 0) + 1
         return self.opt.updates
 
     def get_weights(self) -> tuple[int, np.ndarray]:
-        """``(updates, parameters)``: the update count and the flat parameter vector (policy then value)."""
-        return self.opt.updates, params_vector(self.policy, self.value)
+        """``(updates, parameters)``: the update count and the flat parameter vector (policy then value, or
+        then the shared baseline)."""
+        return self.opt.updates, self._vector()
+
+    def _vector(self) -> np.ndarray:
+        """What the agents take: the networks' parameters, then the shared baseline's (if any)."""
+        vec = params_vector(self.policy, self.value)
+        return vec if self.baseline is None else np.concatenate([vec, params_vector(self.baseline, None)])
 
     def checkpoint_bytes(self, since: int = -1) -> tuple[int, bytes | None]:
         """``(updates, checkpoint)``: the current networks as the bytes of a checkpoint file
@@ -354,7 +383,8 @@ class GlobalPolicyImpl:
                 "optimizer": self.opt.state_dict(),
                 "per_agent": {str(k): v for k, v in self.per_agent.items()}, "refused": dict(self.refused),
                 "max_norm": self.max_norm_seen, "options": dataclasses.asdict(self.opts),
-                "result": result_doc(self.result)}
+                "result": result_doc(self.result),
+                **({"baseline": self.baseline.state_dict()} if self.baseline is not None else {})}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         """A subclass's part of :meth:`_restore` (the checkpoint is read once)."""
@@ -373,6 +403,10 @@ class GlobalPolicyImpl:
         if ex.get("kind") != "a3c":
             raise ValueError(f"{path}: not an A3C checkpoint; cannot resume from it")
         self.opt.load_state_dict(ex["optimizer"])
+        if self.baseline is not None:
+            if "baseline" not in ex:
+                raise ValueError(f"{path}: no shared baseline here; resume without share_baseline")
+            self.baseline.load_state_dict(ex["baseline"])
         self.per_agent = {int(k): int(v) for k, v in ex["per_agent"].items()}
         self.refused = Counter({str(k): int(v) for k, v in ex.get("refused", {}).items()})
         self.max_norm_seen = float(ex.get("max_norm", 0.0))

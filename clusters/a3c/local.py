@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from clusters.a3c.weights import fresh_networks, load_vector, params_vector
+from clusters.a3c.weights import fresh_networks, load_vector, num_params, params_vector
 from dl2ray.config import ExperimentConfig
 from dl2ray.envs.cluster_env import learning_environment
 from dl2ray.learn.actor_critic import LossConfig, compute_gradients, flatten
@@ -56,6 +56,7 @@ class LocalSettings:
     # learner adds what its live cluster showed to ``experience.twin`` itself)
     algo: str = "counterfactual"  # shape: counterfactual (tries in the twin) or pg (online, on-policy)
     credit: str = "job"  # shape, pg: a job choice's return (dl2ray.learn.shape.pg)
+    share_baseline: bool = False  # shape, pg: the value baseline travels with the policy (the master's)
 
 
 @dataclass
@@ -160,10 +161,16 @@ class CounterfactualStep:
 class OnPolicyStep:
     """The shape policy learning online: whole stretches of the sampled policy on the agent's own cluster
     through the environment interface (:class:`~dl2ray.learn.shape.pg.OnPolicyCollector`), the clipped
-    on-policy update of the local copy against the agent's own value baseline (kept by the agent, never
-    pushed); the push is the pseudo-gradient ``θ_taken − θ_improved``, as :class:`CounterfactualStep`'s."""
+    on-policy update of the local copy against its value baseline; the push is the pseudo-gradient
+    ``θ_taken − θ_improved``, as :class:`CounterfactualStep`'s.
 
-    value = None  # the baseline is the agent's own: the master keeps only the policy
+    The baseline is the agent's own (kept, never pushed) unless ``settings.share_baseline``: then it is
+    the master's, as the paper's A3C shares its critic. The weights the agent takes and the push it sends
+    are then ``[policy ; baseline]`` (lengths ``n_policy`` and ``n_baseline``), the push's baseline part
+    ``β_taken − β_fitted`` (the update's fit of the baseline to this agent's experience); only the Adam
+    moments of the baseline's fit stay local."""
+
+    value = None  # the master's second network is never a critic of the paper's kind
 
     def __init__(self, cfg: ExperimentConfig, traces: list[int], seed: int, streams: list[int],
                  settings: LocalSettings) -> None:
@@ -178,12 +185,28 @@ class OnPolicyStep:
                                            explore=settings.exploration, discount=s.credit_discount)
         self.baseline = build_job_value(enc, s.head, seed)
         self.baseline_opt = torch.optim.Adam(self.baseline.parameters(), lr=s.lr)
+        self.n_policy = num_params(self.policy, None)
 
     def take(self, weights: np.ndarray) -> None:
-        load_vector(self.policy, None, weights)
+        """The policy's weights (``[policy ; baseline]`` with a shared baseline)."""
+        if not self.settings.share_baseline:
+            load_vector(self.policy, None, weights)
+            return
+        n_baseline = num_params(self.baseline, None)
+        if weights.shape != (self.n_policy + n_baseline,):
+            raise ValueError(f"weights of {weights.shape[0]} values for a policy of {self.n_policy} and a "
+                             f"shared baseline of {n_baseline}")
+        load_vector(self.policy, None, weights[:self.n_policy])
+        load_vector(self.baseline, None, weights[self.n_policy:])
+
+    def _vector(self) -> np.ndarray:
+        """What travels: the policy's parameters, then the baseline's when it is shared."""
+        if not self.settings.share_baseline:
+            return params_vector(self.policy, None)
+        return np.concatenate([params_vector(self.policy, None), params_vector(self.baseline, None)])
 
     def compute(self, version: int) -> Push:
-        theta = params_vector(self.policy, None)
+        theta = self._vector()
         s = self.cfg.policy.shape
         played = self.collector.collect(NumpyShapePolicy(self.policy), s.envs)  # type: ignore[arg-type]
         beta = entropy_bonus(s, version, self.settings.exploration)  # by the global update; Table 2's switch
@@ -192,7 +215,7 @@ class OnPolicyStep:
                         control=self.rng if self.settings.zero_advantage else None,
                         critic=self.settings.critic)
         decisions = sum(len(x.actions) for x in played.slots)
-        return Push(theta - params_vector(self.policy, None), row, len(played.slots), decisions)
+        return Push(theta - self._vector(), row, len(played.slots), decisions)
 
     def stats(self) -> dict[str, Any]:
         return {"stretches": self.collector.episodes}

@@ -11,7 +11,9 @@ Two architectures travel the same way (``policy.arch``):
   (``θ ← θ − g``, outer SGD with rate 1, as in federated averaging): with one agent and no lag the
   master's weights are exactly the agent's.
 
-``value`` is ``None`` for the shape architecture wherever a ``(policy, value)`` pair is taken.
+``value`` is ``None`` for the shape architecture wherever a ``(policy, value)`` pair is taken. The online
+shape learner with a shared baseline (``A3COptions.share_baseline``) appends the baseline's parameters to
+the policy's in what travels (:class:`clusters.a3c.local.OnPolicyStep`).
 """
 
 from __future__ import annotations

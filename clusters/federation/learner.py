@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
-from clusters.a3c.weights import params_vector
 from clusters.runtime import actor_class
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn.records import UpdateRow
@@ -169,7 +168,7 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
         return self.opt.updates
 
     def _weights(self) -> np.ndarray:
-        return params_vector(self.policy, self.value)
+        return self._vector()
 
     # -- checkpoints: GlobalPolicyImpl's, plus the registry and boot count --------------------------
 

@@ -68,6 +68,7 @@ class MemberSpec:
     joins_after: int = 0  # learn: pushes once the learner has applied this many updates (pulls till then)
     algo: str = "counterfactual"  # shape policy: counterfactual tries in the twin, or pg online
     credit: str = "job"  # pg: a job choice's return
+    share_baseline: bool = False  # pg: the value baseline is the learner's (its A3COptions say so too)
 
 
 VALIDATION_LOG = 1000
@@ -101,7 +102,8 @@ class MemberAgentImpl:
         self.cfg, self.spec, self.link = cfg, spec, link
         self.incarnation = incarnation()
         settings = LocalSettings(spec.steps_per_update, spec.critic, spec.exploration, spec.twin,
-                                 spec.twin_window, spec.observe_every, algo=spec.algo, credit=spec.credit)
+                                 spec.twin_window, spec.observe_every, algo=spec.algo, credit=spec.credit,
+                                 share_baseline=spec.share_baseline)
         # The networks of the member's architecture (replaced on join) and how it computes a push.
         self.learner = local_learner(cfg, spec.traces, spec.seed, [spec.index, self.incarnation], settings,
                                      salt=spec.index)

@@ -8,7 +8,9 @@ traces (:func:`dl2ray.seeds.validation`, ``options.val_traces``). Every member l
 policy's single learner does with ``options.algo`` (``pg``: online, on-policy episodes of its own
 cluster through the live agent's interface) and validates the global weights it holds every
 ``options.val_every`` of its own pushes. The run ends when the learner has applied ``N × pushes``
-updates (each member about ``pushes`` of its own, as the single member of an N = 1 run).
+updates (each member about ``pushes`` of its own, as the single member of an N = 1 run). ``weight``
+multiplies every member's pushes before the learner applies them: for the shape policy the outer step
+``θ ← θ − weight · g`` (1: each push applied as the member computed it, the sum of the members' steps).
 
 Returned per member, oldest first: ``(own pushes, own slots of experience, seconds since the member
 started, validation avg JCT)`` (:meth:`~clusters.federation.members.MemberAgentImpl.validations`).
@@ -44,27 +46,31 @@ def _specs(members: int, options: RLOptions, seed: int) -> list[MemberSpec]:
     return [MemberSpec(f"m{i}", i, "learn", seedsets.training(options.traces, i * options.traces),
                        seedsets.validation(options.val_traces), options.val_every, 1.0, seed,
                        options.steps_per_update, options.critic, options.exploration, twin=options.twin,
-                       algo=options.algo, credit=options.credit)
+                       algo=options.algo, credit=options.credit, share_baseline=options.share_baseline)
             for i in range(members)]
 
 
 def federated_rl(cfg: ExperimentConfig, init: Path, members: int, pushes: int, seed: int, options: RLOptions,
-                 out: Path) -> list[Validations]:
+                 out: Path, weight: float = 1.0) -> list[Validations]:
     """The run of the module docstring; the learner's checkpoint and TensorBoard logs under ``out``."""
     import ray
 
     if members < 1 or pushes < 1:
         raise UserError(f"a federation of {members} members with {pushes} pushes each: both at least 1")
+    if not weight > 0:
+        raise UserError(f"member weight {weight}: must be above 0 (it multiplies every push)")
     cfg = with_hidden_of(cfg, init)
     specs = _specs(members, options, seed)
     a3c = A3COptions(agents=members, traces=members * options.traces, val_every=None,
                      checkpoint_every=max(members * pushes, 1), critic=options.critic,
-                     exploration=options.exploration, max_grad_norm=options.max_grad_norm)
+                     exploration=options.exploration, max_grad_norm=options.max_grad_norm,
+                     algo="pg" if options.algo == "pg" else "counterfactual",
+                     share_baseline=options.share_baseline)
     name = f"fed-quality-{out.stem}-{os.getpid()}"
     out.mkdir(parents=True, exist_ok=True)
     learner = FederatedPolicy.options(name=name, namespace=NAMESPACE).remote(
         cfg, str(init), seed, str(out / "global.pt"),
-        a3c, [{"name": s.name, "mode": "learn", "weight": 1.0, "staleness": 8} for s in specs],
+        a3c, [{"name": s.name, "mode": "learn", "weight": weight, "staleness": 8} for s in specs],
         str(out / "tb"))
     agents = []
     try:

@@ -197,6 +197,9 @@ def train_rl(
              "JCT from that slot on)")] = "job",
     mix_weight: Annotated[float, typer.Option(
         help="mix: the on-policy surrogate's weight beside the counterfactual loss")] = 1.0,
+    share_baseline: Annotated[bool, typer.Option(
+        help="pg with --agents N: the master keeps the value baseline and every agent fits it in turn, as "
+             "the paper's A3C shares its critic (default: each agent keeps its own)")] = False,
     zero_advantage: Annotated[bool, typer.Option(
         help="the control run: advantages set to 0 (paper) / shuffled among the tried rows "
              "(counterfactual) / labels drawn without the outcomes (improve)")
@@ -242,6 +245,9 @@ def train_rl(
     _check_shape_learning(cfg, learner, credit, agents)
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
+    if share_baseline and (algo != "pg" or agents < 2):
+        raise UserError(f"--share-baseline: the baseline of --algo pg shared by --agents N ≥ 2 "
+                        f"(here --algo {algo} --agents {agents})")
     # a switch turned off that the algorithm does not have is refused (A3C's replay is off by default)
     records.check_switches(records.RLOptions(critic=critic, exploration=exploration,
                                              replay=True if replay is None else replay,
@@ -252,7 +258,8 @@ def train_rl(
                         traces=traces, val_traces=val_traces, val_every=val_every,
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
                         algo=algo, zero_advantage=zero_advantage, twin=twin,  # type: ignore[arg-type]
-                        credit=credit, mix_weight=mix_weight)  # type: ignore[arg-type]
+                        credit=credit, mix_weight=mix_weight,  # type: ignore[arg-type]
+                        share_baseline=share_baseline)
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

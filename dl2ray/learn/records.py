@@ -110,6 +110,7 @@ class RLOptions:
     twin: Literal["config", "observed"] = "config"  # counterfactual: where tries come from (learn.twin)
     credit: Literal["job", "slot"] = "job"  # pg, mix: each choice's return (dl2ray.learn.shape.pg)
     mix_weight: float = 1.0  # mix: the on-policy surrogate's weight beside the counterfactual loss
+    share_baseline: bool = False  # pg with A3C agents or federation members: the master keeps the baseline
 
 
 @dataclass

@@ -3,7 +3,11 @@
 The teacher's SL student (``OUT/sl-TEACHER.pt``, kept if there), the levels on the validation traces (0.90×
 the student, Optimus, 1.10× the planner), then for every seed, each run alone on this machine: A3C with 1
 and each of ``--agents`` agents, a member alone and a federation of ``--federation`` members, all learning
-online from the student. Every run is resumed or read back from OUT. Prints one JSON object: the levels,
+online from the student. Every run is resumed or read back from OUT. ``--member-weight W``: a federation of
+more than one member applies each push × W (the shape policy's outer step ``θ ← θ − W·g``; a member
+alone keeps 1). ``--share-baseline``: A3C runs of two or more agents and federations of two or more members
+keep the online learner's value baseline in the master (``train rl --share-baseline``); one agent and a
+member alone learn as they always do. Prints one JSON object: the levels,
 the A3C rows (minutes, updates per agent, ratio to one agent) and the federation rows (own slots per
 member, minutes, ratio to a member alone), and every run's validations.
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import time
 from pathlib import Path
 
@@ -31,8 +36,24 @@ from dl2ray.studies.paper import PaperSettings, train_student
 from dl2ray.studies.scaling import a3c_runs, a3c_to_quality, federation_runs, federation_to_quality, levels
 
 
+def _federated(cfg, init, members, pushes, seed, options, out, weight: float = 1.0, share: bool = False):
+    """:func:`federated_rl` with ``weight`` on every push and the shared baseline (``share``) for a
+    federation of two or more members."""
+    if members < 2:
+        return federated_rl(cfg, init, members, pushes, seed, options, out)
+    options = dataclasses.replace(options, share_baseline=share)
+    return federated_rl(cfg, init, members, pushes, seed, options, out, weight=weight)
+
+
+def _multi(cfg, init, updates, seed, out, options, agents, *rest, share: bool = False):
+    """:func:`train_multi_agent` with the shared baseline (``share``) for two or more agents."""
+    options = dataclasses.replace(options, share_baseline=share and agents > 1)
+    return train_multi_agent(cfg, init, updates, seed, out, options, agents, *rest)
+
+
 def run(config: str, updates: int, seeds: int, teacher: str, agents: list[int], federation: int,
-        val_every: int, val_traces: int, out: Path) -> dict:
+        val_every: int, val_traces: int, out: Path, member_weight: float = 1.0,
+        share_baseline: bool = False) -> dict:
     cfg = load_config(config)
     s = PaperSettings(updates=updates, seeds=tuple(range(seeds)), teachers=(teacher,), val_every=val_every,
                       val_traces=val_traces, agents=tuple(agents), federation=federation, unseen_phases=0)
@@ -48,13 +69,15 @@ def run(config: str, updates: int, seeds: int, teacher: str, agents: list[int], 
     with ray_session(max((*agents, 2))):
         clock = time.perf_counter()
         a3c = a3c_runs(cfg, student, s.options(), updates, s.seeds, sorted({1, *agents}), out,
-                       train_multi_agent) if agents else {}
+                       functools.partial(_multi, share=share_baseline)) if agents else {}
         stages["A3C"] = time.perf_counter() - clock
         clock = time.perf_counter()
+        federated = functools.partial(_federated, weight=member_weight, share=share_baseline)
         fed = federation_runs(cfg, student, s.options(), updates, s.seeds, sorted({1, federation}), out,
-                              federated_rl) if federation else {}
+                              federated) if federation else {}
         stages["federation"] = time.perf_counter() - clock
     return {"bench": "time_to_quality", "config": cfg.name, "settings": dataclasses.asdict(s),
+            "member_weight": member_weight, "share_baseline": share_baseline,
             "validation_seeds": val, "levels": lv,
             "a3c": a3c_to_quality(a3c, lv, seeds), "federation": federation_to_quality(fed, lv, seeds),
             "a3c_validations": {f"{n}@{seed}": pts for (n, seed), pts in a3c.items()},
@@ -73,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--federation", type=int, default=2, help="members beside a member alone (0: none)")
     p.add_argument("--val-every", type=int, default=2)
     p.add_argument("--val-traces", type=int, default=5)
+    p.add_argument("--member-weight", type=float, default=1.0,
+                   help="a federation's pushes × this (a member alone: 1)")
+    p.add_argument("--share-baseline", action="store_true",
+                   help="two or more agents / members: the master keeps the value baseline")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     try:
@@ -83,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--updates, --seeds, --val-every, --val-traces: at least 1; each --agents count at least 2")
     if a.federation == 1 or a.federation < 0:
         p.error("--federation: 0 (none) or at least 2")
+    if not a.member_weight > 0:
+        p.error("--member-weight: above 0")
     return print_json(p, lambda: run(a.config, a.updates, a.seeds, a.teacher, agents, a.federation,
-                                     a.val_every, a.val_traces, a.out))
+                                     a.val_every, a.val_traces, a.out, a.member_weight,
+                                     a.share_baseline))
 
 
 if __name__ == "__main__":

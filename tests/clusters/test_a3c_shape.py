@@ -4,6 +4,7 @@ shape agents on Ray in both twins, and ``train rl --algo counterfactual --agents
 from __future__ import annotations
 
 import json
+from dataclasses import replace as dataclasses_replace
 
 import numpy as np
 import pytest
@@ -74,6 +75,61 @@ def test_shape_checkpoints_resume_with_their_counts(tiny_shape, tmp_path) -> Non
     assert again.stats()["updates"] == 2 and again.stats()["refused"] == {"nan": 1}
     assert np.array_equal(again.get_weights()[1], gp.get_weights()[1])
     assert [type(r) for r in again.result.history] == [CounterfactualRow, CounterfactualRow]
+
+
+SHARED = A3COptions(agents=2, traces=4, val_every=None, checkpoint_every=1, algo="pg", share_baseline=True)
+
+
+def test_a_shared_baseline_travels_with_the_policy_and_the_master_applies_both(tiny_shape) -> None:
+    """``share_baseline``: the master hands out ``[policy ; baseline]``; an online agent that took it
+    pushes both networks' pseudo-gradients, and with one agent and no lag the master's weights after the
+    push are exactly the agent's improved policy and fitted baseline."""
+    from clusters.a3c.local import LocalSettings, local_learner
+    from clusters.a3c.weights import num_params
+
+    gp = GlobalPolicyImpl(tiny_shape, None, 0, None, SHARED)
+    version, theta = gp.get_weights()
+    n_policy = num_params(gp.policy, None)
+    assert gp.baseline is not None and theta.shape == (n_policy + num_params(gp.baseline, None),)
+    step = local_learner(tiny_shape, [1_000_000], 0, [0, 0], LocalSettings(algo="pg", share_baseline=True))
+    step.take(theta)
+    assert np.array_equal(params_vector(step.baseline, None), theta[n_policy:])
+    push = step.compute(version)
+    assert push.grad.shape == theta.shape
+    assert np.abs(push.grad[:n_policy]).sum() > 0 and np.abs(push.grad[n_policy:]).sum() > 0
+    updates, weights = gp.push(push.grad, push.row, 0, pull=True, version=version)
+    assert updates == 1 and np.allclose(weights[:n_policy], params_vector(step.policy, None), atol=1e-6)
+    assert np.allclose(weights[n_policy:], params_vector(step.baseline, None), atol=1e-6)
+    with pytest.raises(ValueError, match="shared baseline"):
+        step.take(theta[:n_policy])  # the policy alone: not what a sharing agent takes
+
+
+def test_without_sharing_an_online_agent_pushes_its_policy_alone(tiny_shape) -> None:
+    from clusters.a3c.local import LocalSettings, local_learner
+
+    gp = GlobalPolicyImpl(tiny_shape, None, 0, None, dataclasses_replace(SHARED, share_baseline=False))
+    version, theta = gp.get_weights()
+    assert gp.baseline is None and theta.shape == (gp.size,)
+    step = local_learner(tiny_shape, [1_000_000], 0, [0, 0], LocalSettings(algo="pg"))
+    step.take(theta)
+    assert step.compute(version).grad.shape == theta.shape
+
+
+def test_a_shared_baseline_is_in_the_checkpoint_and_resumes(tiny_shape, tmp_path) -> None:
+    out = tmp_path / "a3c.pt"
+    gp = GlobalPolicyImpl(tiny_shape, None, 0, str(out), SHARED)
+    gp.push(np.full(gp.size, 1e-3, np.float32), ROW, 0)  # writes the checkpoint (checkpoint_every 1)
+    again = GlobalPolicyImpl(tiny_shape, None, 0, str(out), SHARED, resume=True)
+    assert np.array_equal(again.get_weights()[1], gp.get_weights()[1])
+    plain = tmp_path / "plain.pt"
+    GlobalPolicyImpl(tiny_shape, None, 0, str(plain), dataclasses_replace(SHARED, share_baseline=False))
+    with pytest.raises(ValueError, match="no shared baseline"):
+        GlobalPolicyImpl(tiny_shape, None, 0, str(plain), SHARED, resume=True)
+
+
+def test_only_the_online_learner_shares_a_baseline() -> None:
+    with pytest.raises(ValueError, match="algo pg"):
+        A3COptions(algo="counterfactual", share_baseline=True)
 
 
 @pytest.mark.ray
@@ -156,6 +212,8 @@ def test_bench_a3c_puts_a_plain_row_beside_each_ray_row(ray_session, tiny_shape)
     (["--algo", "improve", "--agents", "2"], "--algo improve"),
     (["--algo", "paper", "--twin", "observed"], "--twin observed"),
     (["--algo", "counterfactual", "--twin", "truth"], "--twin: 'truth'"),
+    (["--algo", "pg", "--share-baseline"], "--share-baseline"),
+    (["--algo", "counterfactual", "--agents", "2", "--share-baseline"], "--share-baseline"),
 ])
 def test_bad_learner_options_exit_2(capsys, tmp_path, argv, message) -> None:
     code, _, err = run_cli(capsys, "train", "rl", *argv, "--out", str(tmp_path / "a.pt"), "--updates", "1")
@@ -232,16 +290,21 @@ def test_the_live_shape_learner_pushes_from_what_its_cluster_showed(tiny_shape) 
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_train_rl_pg_online_with_two_agents(capsys, tmp_path, tiny_shape_yaml, ray_session) -> None:
+@pytest.mark.parametrize("share", [False, True])
+def test_train_rl_pg_online_with_two_agents(capsys, tmp_path, tiny_shape_yaml, ray_session, share) -> None:
     """``--algo pg --agents 2``: each agent learns online on its own cluster (policy.experience: cluster)
-    and pushes on-policy pseudo-gradients; the run's records are on-policy rows."""
+    and pushes on-policy pseudo-gradients; the run's records are on-policy rows. ``--share-baseline``: the
+    same with the baseline in the master."""
     out = tmp_path / "a3c.pt"
     code, stdout, err = run_cli(capsys, "train", "rl", "--config", str(tiny_shape_yaml),
                                 "--algo", "pg", "--agents", "2", "--updates", "3", "--out", str(out),
-                                "--traces", "2", "--val-traces", "1", "--val-every", "3", "--json")
+                                "--traces", "2", "--val-traces", "1", "--val-every", "3", "--json",
+                                *(["--share-baseline"] if share else []))
     assert code == 0, err
     doc = json.loads(stdout)
     assert doc["updates"] == 3 and sum(doc["per_agent"].values()) == 3 and doc["refused"] == {}
     run = json.loads(out.with_suffix(".json").read_text())
     assert run["options"]["algo"] == "pg" and run["config"]["policy"]["experience"] == "cluster"
+    assert run["options"]["share_baseline"] is share
+    assert ("baseline" in load_shape_checkpoint(out).extra) is share
     assert all("mean_credit" in r and "decisions" in r for r in run["history"])

@@ -573,3 +573,25 @@ def test_every_backend_kind_of_the_schema_has_one_registered_member_kind() -> No
     kinds = {get_args(spec.model_fields["kind"].annotation)[0] for spec in specs}
     assert kinds == set(KINDS) == {"sim", "ray", "k8s"}
     assert [k for k, v in KINDS.items() if v.simulated] == ["sim"]
+
+
+def test_fig_18_s_federation_members_share_the_baseline_when_the_options_say_so() -> None:
+    """``RLOptions.share_baseline`` reaches every member of :func:`clusters.federation.quality.federated_rl`
+    (the learner's A3C options carry it too: tests/clusters/test_a3c_shape.py checks the master)."""
+    from clusters.federation.quality import _specs
+    from dl2ray.learn.records import RLOptions
+
+    shared = _specs(2, RLOptions(algo="pg", traces=2, share_baseline=True), 0)
+    assert [s.share_baseline for s in shared] == [True, True]
+    assert [s.share_baseline for s in _specs(2, RLOptions(algo="pg", traces=2), 0)] == [False, False]
+
+
+@pytest.mark.parametrize("weight", [0.0, -0.5, float("nan")])
+def test_fig_18_s_federation_refuses_a_member_weight_not_above_0(tiny_shape, tmp_path, weight) -> None:
+    from clusters.federation.quality import federated_rl
+    from dl2ray.errors import UserError
+    from dl2ray.learn.records import RLOptions
+
+    with pytest.raises(UserError, match="member weight"):
+        federated_rl(tiny_shape, tmp_path / "init.pt", 2, 1, 0, RLOptions(algo="pg"), tmp_path / "fed",
+                     weight)
