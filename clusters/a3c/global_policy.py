@@ -25,7 +25,7 @@ clusters) and :mod:`clusters.a3c.live` (a live cluster); a federation's learner 
   (a validation of an untrained policy can take longer than many updates).
 - With ``share_baseline`` (the shape policy learning online, ``algo: pg``) the master also keeps the
   value baseline the agents fit, as the paper's A3C shares its critic: the weights it hands out and the
-  pushes it takes are ``[policy ; baseline]``, and the baseline's part is applied with its own
+  pushes it takes are ``[policy ; baseline]``, both stepped by the
   :class:`~clusters.a3c.weights.OuterStep`; checkpoints carry it (``extra.baseline``), validations
   judge the policy alone. Without it each agent keeps its own baseline.
 """
@@ -51,7 +51,6 @@ from clusters.a3c.weights import (
     fresh_networks,
     load_vector,
     networks,
-    num_params,
     params_vector,
     save_networks,
 )
@@ -172,19 +171,17 @@ class GlobalPolicyImpl:
         self.cfg, self.seed, self.opts = cfg, seed, options
         self.checkpoint = Path(checkpoint) if checkpoint else None
         self.policy, self.value = networks(cfg, init, seed)
-        self.opt: ActorCriticOptimizer | OuterStep = (
-            OuterStep(self.policy) if self.value is None
-            else ActorCriticOptimizer(self.policy, self.value,  # type: ignore[arg-type]  # paper networks
-                                      cfg.policy.rl_lr, options.max_grad_norm))
         # the shared value baseline (module docstring), from the same seed as the agents' own would be
         self.baseline: nn.Module | None = None
         if options.share_baseline:
             if self.value is not None:
                 raise ValueError("share_baseline: the paper's networks keep their critic in the master")
             self.baseline = build_job_value(ShapeEncoding.from_config(cfg), cfg.policy.shape.head, seed)
-        self.baseline_step = OuterStep(self.baseline) if self.baseline is not None else None
-        self.size = num_params(self.policy, self.value) + (
-            num_params(self.baseline, None) if self.baseline is not None else 0)
+        self.opt: ActorCriticOptimizer | OuterStep = (
+            OuterStep(self.policy, self.baseline) if self.value is None
+            else ActorCriticOptimizer(self.policy, self.value,  # type: ignore[arg-type]  # paper networks
+                                      cfg.policy.rl_lr, options.max_grad_norm))
+        self.size = len(self._vector())
         self.norm_bound = (options.max_update_norm if options.max_update_norm is not None
                            else SHAPE_MAX_UPDATE_NORM if self.value is None else None)
         self.max_norm_seen = 0.0  # the largest L2 norm of an applied push
@@ -258,12 +255,8 @@ class GlobalPolicyImpl:
         The value network only during the first ``critic_warmup`` updates.
         Returns the update count after it (no history row; :meth:`push` adds one).
         """
-        grads = np.array(flat_grad, dtype=np.float32, copy=True)
-        if self.baseline_step is not None:  # [policy ; baseline]: the baseline's part by its own step
-            n = num_params(self.policy, None)
-            grads, baseline = grads[:n], grads[n:]
-            self.baseline_step.apply_gradients(baseline)
-        self.opt.apply_gradients(grads, train_policy=self.opt.updates >= self.opts.critic_warmup)
+        self.opt.apply_gradients(np.array(flat_grad, dtype=np.float32, copy=True),
+                                 train_policy=self.opt.updates >= self.opts.critic_warmup)
         self.per_agent[agent_id] = self.per_agent.get(agent_id, 0) + 1
         return self.opt.updates
 
@@ -273,9 +266,9 @@ class GlobalPolicyImpl:
         return self.opt.updates, self._vector()
 
     def _vector(self) -> np.ndarray:
-        """What the agents take: the networks' parameters, then the shared baseline's (if any)."""
-        vec = params_vector(self.policy, self.value)
-        return vec if self.baseline is None else np.concatenate([vec, params_vector(self.baseline, None)])
+        """What the agents take: the networks' parameters (policy, then the value network or the shared
+        baseline, if any)."""
+        return params_vector(self.policy, self.value if self.baseline is None else self.baseline)
 
     def checkpoint_bytes(self, since: int = -1) -> tuple[int, bytes | None]:
         """``(updates, checkpoint)``: the current networks as the bytes of a checkpoint file

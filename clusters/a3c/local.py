@@ -185,25 +185,18 @@ class OnPolicyStep:
                                            explore=settings.exploration, discount=s.credit_discount)
         self.baseline = build_job_value(enc, s.head, seed)
         self.baseline_opt = torch.optim.Adam(self.baseline.parameters(), lr=s.lr)
-        self.n_policy = num_params(self.policy, None)
+        self.shared = self.baseline if settings.share_baseline else None  # what travels after the policy
 
     def take(self, weights: np.ndarray) -> None:
         """The policy's weights (``[policy ; baseline]`` with a shared baseline)."""
-        if not self.settings.share_baseline:
-            load_vector(self.policy, None, weights)
-            return
-        n_baseline = num_params(self.baseline, None)
-        if weights.shape != (self.n_policy + n_baseline,):
-            raise ValueError(f"weights of {weights.shape[0]} values for a policy of {self.n_policy} and a "
-                             f"shared baseline of {n_baseline}")
-        load_vector(self.policy, None, weights[:self.n_policy])
-        load_vector(self.baseline, None, weights[self.n_policy:])
+        if self.shared is not None and weights.shape != (expected := num_params(self.policy, self.shared),):
+            raise ValueError(f"weights of {weights.shape[0]} values for a policy and a shared baseline of "
+                             f"{expected}")
+        load_vector(self.policy, self.shared, weights)
 
     def _vector(self) -> np.ndarray:
         """What travels: the policy's parameters, then the baseline's when it is shared."""
-        if not self.settings.share_baseline:
-            return params_vector(self.policy, None)
-        return np.concatenate([params_vector(self.policy, None), params_vector(self.baseline, None)])
+        return params_vector(self.policy, self.shared)
 
     def compute(self, version: int) -> Push:
         theta = self._vector()

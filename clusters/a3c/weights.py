@@ -88,21 +88,22 @@ def load_vector(policy: nn.Module, value: nn.Module | None, vec: np.ndarray) -> 
 
 
 class OuterStep:
-    """The master's step for pseudo-gradients (the shape architecture): ``θ ← θ − g``.
+    """The master's step for pseudo-gradients (the shape architecture): ``θ ← θ − g``, over the policy's
+    parameters and then ``baseline``'s (the shared value baseline, if any: ``[policy ; baseline]``).
 
     Has :class:`~dl2ray.learn.actor_critic.ActorCriticOptimizer`'s interface (``updates``,
     ``apply_gradients``, ``state_dict``), so the GlobalPolicy drives either the same way.
     """
 
-    def __init__(self, policy: nn.Module) -> None:
-        self.policy = policy
+    def __init__(self, policy: nn.Module, baseline: nn.Module | None = None) -> None:
+        self.policy, self.baseline = policy, baseline
         self.updates = 0
 
     def apply_gradients(self, grads: np.ndarray, train_policy: bool = True) -> None:
-        theta = params_vector(self.policy, None)
+        theta = params_vector(self.policy, self.baseline)
         if grads.shape != theta.shape:
             raise ValueError(f"pseudo-gradient of {grads.shape[0]} values for {theta.shape[0]} parameters")
-        load_vector(self.policy, None, theta - grads)
+        load_vector(self.policy, self.baseline, theta - grads)
         self.updates += 1
 
     def state_dict(self) -> dict:
