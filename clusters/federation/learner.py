@@ -93,7 +93,7 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
         rec = self._record(name)
         rec.joins += 1
         return {"updates": self.opt.updates, "boot": self.boot,
-                "weights": self._vector()}
+                "weights": self._weights()}
 
     def push_member(self, name: str, flat_grad: np.ndarray, row: UpdateRow, version: int, boot: int,
                     pull: bool = True, bytes_last: int = 0) -> dict[str, Any]:
@@ -127,14 +127,14 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
         rec.max_lag = max(rec.max_lag, lag)
         send = pull or verdict != "yes" or boot != self.boot
         return {"updates": self.opt.updates, "boot": self.boot, "accepted": verdict, "lag": lag,
-                "weights": self._vector() if send else None}
+                "weights": self._weights() if send else None}
 
     def pull_member(self, name: str, since: int = -1, boot: int = -1) -> dict[str, Any]:
         """``{"updates", "boot", "weights"}``; weights None when ``since`` is current in this boot."""
         rec = self._record(name)
         rec.pulls += 1
         fresh = since != self.opt.updates or boot != self.boot
-        return {"updates": self.opt.updates, "boot": self.boot, "weights": self._vector() if fresh else None}
+        return {"updates": self.opt.updates, "boot": self.boot, "weights": self._weights() if fresh else None}
 
     def report(self, name: str, update: int, val_jct: float, drf_jct: float) -> None:
         """A member's validation: the greedy policy of ``update`` vs DRF on its own validation traces."""
@@ -166,6 +166,9 @@ class FederatedPolicyImpl(GlobalPolicyImpl):
         """Finish (validations due, checkpoint, run JSON, logs); the update count written."""
         self.finish()
         return self.opt.updates
+
+    def _weights(self) -> np.ndarray:
+        return self._vector()
 
     # -- checkpoints: GlobalPolicyImpl's, plus the registry and boot count --------------------------
 
