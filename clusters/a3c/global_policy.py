@@ -23,6 +23,14 @@ clusters) and :mod:`clusters.a3c.live` (a live cluster); a federation's learner 
   is the best so far. One validation runs at a time; when another falls due
   meanwhile, the newest due snapshot waits and older waiting ones are dropped
   (a validation of an untrained policy can take longer than many updates).
+  Every validation is logged at the wall time its snapshot was taken (TensorBoard's
+  ``walltime``), not when its answer came back: the time the weights had that quality.
+- With ``defer_validation`` every due snapshot is kept (none dropped, in the checkpoint too) and
+  validated after the last update (:meth:`GlobalPolicyImpl.finish`): on a machine with no core to
+  spare (two agents on two cores) a validator running beside the agents takes CPU from them, which
+  one agent with a free core does not pay; deferred, the run's clock counts learning alone
+  (Fig. 18's time to quality, :mod:`dl2ray.studies.scaling`). The progress callback then sees no
+  validation until the end.
 - With ``share_baseline`` (the shape policy learning online, ``algo: pg``) the master also keeps the
   value baseline the agents fit, as the paper's A3C shares its critic: the weights it hands out and the
   pushes it takes are ``[policy ; baseline]``, both stepped by the
@@ -35,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,6 +108,7 @@ class A3COptions:
     algo: Literal["counterfactual", "pg"] = "counterfactual"  # shape agents: tries in the twin, or online pg
     credit: Literal["job", "slot"] = "job"  # shape agents, pg: a job choice's return
     share_baseline: bool = False  # shape agents, pg: the master keeps the value baseline too (module doc)
+    defer_validation: bool = False  # validate every due snapshot after the last update (module doc)
 
     def __post_init__(self) -> None:
         if self.agents < 1 or self.traces < (1 if self.same_traces else self.agents):
@@ -153,6 +162,7 @@ Validator = actor_class(ValidatorImpl, num_cpus=0, max_restarts=-1, max_task_ret
 class _Snapshot:
     update: int
     weights: np.ndarray
+    wall: float = field(default_factory=time.time)  # when the weights were taken (Unix seconds)
     ref: Any = None  # the validator's pending answer, once submitted
 
 
@@ -190,6 +200,7 @@ class GlobalPolicyImpl:
         self.val_seeds = seedsets.validation(options.val_traces)
         self.result = RLResult(seed, init, 0, self.val_seeds, float("nan"))
         self.resumed = False
+        self._deferred: list[_Snapshot] = []  # defer_validation: every due snapshot, validated at the end
         self._clock = time.perf_counter()  # result.wall_seconds: this actor's time since here, plus restored
         if self.checkpoint is not None and self.checkpoint.exists() and (resume or incarnation()):
             self._restore(self.checkpoint)
@@ -297,15 +308,20 @@ class GlobalPolicyImpl:
 
     def start(self) -> None:
         """Before the first update of a run: DRF's reference JCT and the validation at update 0."""
-        if self.validator is None or self.result.validation or self._running is not None:
+        if self.validator is None or self.result.validation or self._running is not None or self._deferred:
             return
         self.result.baseline_avg_jct = float(ray.get(self.validator.baseline.remote()))
         self._due(_Snapshot(self.opt.updates, params_vector(self.policy, self.value)))
 
     def finish(self) -> RLResult:
-        """Wait for the validations still due; write checkpoint and run JSON; flush the logs."""
+        """Validate the deferred snapshots, in order (``defer_validation``), and wait for the validations
+        still due; write checkpoint and run JSON; flush the logs."""
         while self._running is not None:
             self._poll(block=True)
+        for snap in self._deferred:
+            self._submit(snap)
+            self._poll(block=True)
+        self._deferred = []
         if self.checkpoint is not None:
             self._write()
         else:
@@ -315,7 +331,9 @@ class GlobalPolicyImpl:
         return self.result
 
     def _due(self, snap: _Snapshot) -> None:
-        if self._running is None:
+        if self.opts.defer_validation:
+            self._deferred.append(snap)
+        elif self._running is None:
             self._submit(snap)
         else:
             self._waiting = snap
@@ -337,7 +355,7 @@ class GlobalPolicyImpl:
         best = self.result.best
         self.result.validation.append(row)
         if self.writer is not None:
-            train.log_validation(self.writer, row)
+            train.log_validation(self.writer, row, walltime=snap.wall)
         if self.checkpoint is not None and (best is None or row.avg_jct < best.avg_jct):
             self._save_best(snap)
         self._running, waiting, self._waiting = None, self._waiting, None
@@ -377,7 +395,14 @@ class GlobalPolicyImpl:
                 "per_agent": {str(k): v for k, v in self.per_agent.items()}, "refused": dict(self.refused),
                 "max_norm": self.max_norm_seen, "options": dataclasses.asdict(self.opts),
                 "result": result_doc(self.result),
-                **({"baseline": self.baseline.state_dict()} if self.baseline is not None else {})}
+                **({"baseline": self.baseline.state_dict()} if self.baseline is not None else {}),
+                **({"deferred": [self._snapshot_doc(d) for d in self._deferred]}
+                   if self.opts.defer_validation else {})}
+
+    @staticmethod
+    def _snapshot_doc(snap: _Snapshot) -> dict[str, Any]:
+        """A deferred snapshot as the checkpoint keeps it (the weights as a tensor)."""
+        return {"update": snap.update, "wall": snap.wall, "weights": torch.from_numpy(snap.weights.copy())}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         """A subclass's part of :meth:`_restore` (the checkpoint is read once)."""
@@ -405,6 +430,8 @@ class GlobalPolicyImpl:
         self.max_norm_seen = float(ex.get("max_norm", 0.0))
         self.result.init = ex["result"]["init"]
         restore_result(self.result, ex["result"], int(ex["result"]["updates"]))
+        self._deferred = [_Snapshot(int(d["update"]), d["weights"].numpy(), float(d["wall"]))
+                          for d in ex.get("deferred", [])]
         self._restore_extra(ex)
         self.resumed = True
 

@@ -53,7 +53,7 @@ def train_multi_agent(cfg: ExperimentConfig, init: Path | None, updates: int, se
                      max_grad_norm=options.max_grad_norm, zero_advantage=options.zero_advantage,
                      twin=options.twin, credit=options.credit,
                      algo="pg" if options.algo == "pg" else "counterfactual",
-                     share_baseline=options.share_baseline)
+                     share_baseline=options.share_baseline, defer_validation=options.defer_validation)
     # The algorithm names the architecture the agents train: counterfactual the shape policy, paper the
     # paper's networks (an init checkpoint must be of the same one).
     arch = algorithm(options.algo).arch

@@ -164,6 +164,16 @@ def _check_shape_learning(cfg: ExperimentConfig, learner: Algorithm, credit: str
                         f"only (here --algo {learner.name}, --agents {agents})")
 
 
+def _check_a3c_switches(algo: str, agents: int, share_baseline: bool, defer_validation: bool) -> None:
+    """UserError for a switch of the A3C master used without A3C (or, the shared baseline, without pg)."""
+    if share_baseline and (algo != "pg" or agents < 2):
+        raise UserError(f"--share-baseline: the baseline of --algo pg shared by --agents N ≥ 2 "
+                        f"(here --algo {algo} --agents {agents})")
+    if defer_validation and agents < 2:
+        raise UserError("--defer-validation: A3C (--agents N ≥ 2) only; one learner validates between its "
+                        "updates")
+
+
 @app.command("rl")
 def train_rl(
     ctx: typer.Context,
@@ -200,6 +210,10 @@ def train_rl(
     share_baseline: Annotated[bool, typer.Option(
         help="pg with --agents N: the master keeps the value baseline and every agent fits it in turn, as "
              "the paper's A3C shares its critic (default: each agent keeps its own)")] = False,
+    defer_validation: Annotated[bool, typer.Option(
+        help="with --agents N: validate the due weight snapshots after the last update, not beside the "
+             "agents (where no core is spare the validator takes CPU from them); each point keeps the "
+             "time its weights were taken")] = False,
     zero_advantage: Annotated[bool, typer.Option(
         help="the control run: advantages set to 0 (paper) / shuffled among the tried rows "
              "(counterfactual) / labels drawn without the outcomes (improve)")
@@ -245,9 +259,7 @@ def train_rl(
     _check_shape_learning(cfg, learner, credit, agents)
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
-    if share_baseline and (algo != "pg" or agents < 2):
-        raise UserError(f"--share-baseline: the baseline of --algo pg shared by --agents N ≥ 2 "
-                        f"(here --algo {algo} --agents {agents})")
+    _check_a3c_switches(algo, agents, share_baseline, defer_validation)
     # a switch turned off that the algorithm does not have is refused (A3C's replay is off by default)
     records.check_switches(records.RLOptions(critic=critic, exploration=exploration,
                                              replay=True if replay is None else replay,
@@ -259,7 +271,7 @@ def train_rl(
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
                         algo=algo, zero_advantage=zero_advantage, twin=twin,  # type: ignore[arg-type]
                         credit=credit, mix_weight=mix_weight,  # type: ignore[arg-type]
-                        share_baseline=share_baseline)
+                        share_baseline=share_baseline, defer_validation=defer_validation)
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

@@ -111,6 +111,7 @@ class RLOptions:
     credit: Literal["job", "slot"] = "job"  # pg, mix: each choice's return (dl2ray.learn.shape.pg)
     mix_weight: float = 1.0  # mix: the on-policy surrogate's weight beside the counterfactual loss
     share_baseline: bool = False  # pg with A3C agents or federation members: the master keeps the baseline
+    defer_validation: bool = False  # A3C: validate the due weight snapshots after the last update
 
 
 @dataclass

@@ -144,10 +144,11 @@ def log_update(writer: Any, row: UpdateRecord) -> None:
             writer.add_scalar(f"rl/{k}", v, row.update)
 
 
-def log_validation(writer: Any, row: ValidationRow) -> None:
-    """A validation's average JCT as ``rl/val_avg_jct`` at step ``row.update`` (no writer: nothing)."""
+def log_validation(writer: Any, row: ValidationRow, walltime: float | None = None) -> None:
+    """A validation's average JCT as ``rl/val_avg_jct`` at step ``row.update`` (no writer: nothing);
+    ``walltime`` (Unix seconds): the event's time, e.g. when the validated weights were taken (None: now)."""
     if writer is not None:
-        writer.add_scalar("rl/val_avg_jct", row.avg_jct, row.update)
+        writer.add_scalar("rl/val_avg_jct", row.avg_jct, row.update, walltime=walltime)
 
 
 def tensorboard_writer(logdir: Path | None) -> Any:

@@ -7,7 +7,9 @@ online from the student. Every run is resumed or read back from OUT. ``--member-
 more than one member applies each push × W (the shape policy's outer step ``θ ← θ − W·g``; a member
 alone keeps 1). ``--share-baseline``: A3C runs of two or more agents and federations of two or more members
 keep the online learner's value baseline in the master (``train rl --share-baseline``); one agent and a
-member alone learn as they always do. Prints one JSON object: the levels,
+member alone learn as they always do. ``--defer-validation``: every A3C run (one agent too) validates its
+snapshots after its last update (``train rl --defer-validation``), so the validator never takes CPU
+from the agents and the minutes count learning alone. Prints one JSON object: the levels,
 the A3C rows (minutes, updates per agent, ratio to one agent) and the federation rows (own slots per
 member, minutes, ratio to a member alone), and every run's validations.
 
@@ -45,15 +47,16 @@ def _federated(cfg, init, members, pushes, seed, options, out, weight: float = 1
     return federated_rl(cfg, init, members, pushes, seed, options, out, weight=weight)
 
 
-def _multi(cfg, init, updates, seed, out, options, agents, *rest, share: bool = False):
-    """:func:`train_multi_agent` with the shared baseline (``share``) for two or more agents."""
-    options = dataclasses.replace(options, share_baseline=share and agents > 1)
+def _multi(cfg, init, updates, seed, out, options, agents, *rest, share: bool = False, defer: bool = False):
+    """:func:`train_multi_agent` with the shared baseline (``share``) for two or more agents, and the
+    validations after the last update (``defer``) for any number."""
+    options = dataclasses.replace(options, share_baseline=share and agents > 1, defer_validation=defer)
     return train_multi_agent(cfg, init, updates, seed, out, options, agents, *rest)
 
 
 def run(config: str, updates: int, seeds: int, teacher: str, agents: list[int], federation: int,
         val_every: int, val_traces: int, out: Path, member_weight: float = 1.0,
-        share_baseline: bool = False) -> dict:
+        share_baseline: bool = False, defer_validation: bool = False) -> dict:
     cfg = load_config(config)
     s = PaperSettings(updates=updates, seeds=tuple(range(seeds)), teachers=(teacher,), val_every=val_every,
                       val_traces=val_traces, agents=tuple(agents), federation=federation, unseen_phases=0)
@@ -68,8 +71,9 @@ def run(config: str, updates: int, seeds: int, teacher: str, agents: list[int], 
     stages = {"student and levels": time.perf_counter() - t0}
     with ray_session(max((*agents, 2))):
         clock = time.perf_counter()
+        multi = functools.partial(_multi, share=share_baseline, defer=defer_validation)
         a3c = a3c_runs(cfg, student, s.options(), updates, s.seeds, sorted({1, *agents}), out,
-                       functools.partial(_multi, share=share_baseline)) if agents else {}
+                       multi) if agents else {}
         stages["A3C"] = time.perf_counter() - clock
         clock = time.perf_counter()
         federated = functools.partial(_federated, weight=member_weight, share=share_baseline)
@@ -78,6 +82,7 @@ def run(config: str, updates: int, seeds: int, teacher: str, agents: list[int], 
         stages["federation"] = time.perf_counter() - clock
     return {"bench": "time_to_quality", "config": cfg.name, "settings": dataclasses.asdict(s),
             "member_weight": member_weight, "share_baseline": share_baseline,
+            "defer_validation": defer_validation,
             "validation_seeds": val, "levels": lv,
             "a3c": a3c_to_quality(a3c, lv, seeds), "federation": federation_to_quality(fed, lv, seeds),
             "a3c_validations": {f"{n}@{seed}": pts for (n, seed), pts in a3c.items()},
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a federation's pushes × this (a member alone: 1)")
     p.add_argument("--share-baseline", action="store_true",
                    help="two or more agents / members: the master keeps the value baseline")
+    p.add_argument("--defer-validation", action="store_true",
+                   help="A3C runs validate their snapshots after the last update (off the agents' cores)")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     try:
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--member-weight: above 0")
     return print_json(p, lambda: run(a.config, a.updates, a.seeds, a.teacher, agents, a.federation,
                                      a.val_every, a.val_traces, a.out, a.member_weight,
-                                     a.share_baseline))
+                                     a.share_baseline, a.defer_validation))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from support import wait_for
 
-from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl
+from clusters.a3c.global_policy import A3COptions, GlobalPolicyImpl, ValidatorImpl
 from clusters.a3c.sim_backend import SimBackend
 from clusters.a3c.training import A3CRun
 from clusters.agent.backend import ClusterBackend
@@ -126,3 +128,40 @@ def test_restarted_global_policy_resumes_from_its_checkpoint(ray_session, a3c_ru
     _, back = ray.get(run.gp.get_weights.remote())
     np.testing.assert_array_equal(back, weights)
     assert run.train(updates + 2) == updates + 2  # the agents push to the restarted actor
+
+
+@pytest.mark.ray
+def test_deferred_validation_waits_for_the_last_update_and_keeps_the_snapshots_times(
+        ray_session, tiny, tmp_path) -> None:
+    """``defer_validation``: nothing is validated while updates come in; ``finish`` validates every due
+    snapshot (update 0 and every ``val_every``-th, none dropped) — the weights as they were then — and logs
+    each at the time its weights were taken; the snapshots not yet validated survive a resume."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    opts = A3COptions(agents=1, traces=2, checkpoint_every=2, val_every=2, val_traces=1,
+                      defer_validation=True)
+    out = tmp_path / "d.pt"
+    gp = GlobalPolicyImpl(tiny, None, 0, str(out), opts, logdir=str(tmp_path / "tb"))
+    gp.start()
+    _, w0 = gp.get_weights()
+    pushed: list[tuple[float, float]] = []  # (before, after) each push
+    for k in range(4):
+        before = time.time()
+        gp.push(np.full(w0.size, 0.05 * (k + 1), np.float32), _row(), 0, limit=4)
+        pushed.append((before, time.time()))
+    assert gp.result.validation == [] and gp.stats()["last_val"] is None
+    _, w4 = gp.get_weights()
+    # the master restarts from its checkpoint of update 4: the three snapshots are still due
+    again = GlobalPolicyImpl(tiny, None, 0, str(out), opts, logdir=str(tmp_path / "tb2"), resume=True)
+    finished_at = time.time()
+    res = again.finish()
+    assert [r.update for r in res.validation] == [0, 2, 4]
+    judge = ValidatorImpl(tiny, again.val_seeds)
+    assert res.validation[0].avg_jct == judge.validate(w0) and res.validation[2].avg_jct == judge.validate(w4)
+    assert out.with_suffix(".best.pt").is_file()
+    acc = EventAccumulator(str(tmp_path / "tb2"), size_guidance={"scalars": 0})
+    acc.Reload()
+    wall = {e.step: e.wall_time for e in acc.Scalars("rl/val_avg_jct")}
+    assert wall[0] < pushed[0][0] and pushed[1][0] <= wall[2] <= pushed[1][1] <= wall[4] <= pushed[3][1]
+    assert max(wall.values()) < finished_at
+    assert again.finish().validation == res.validation  # validated once: a second finish adds nothing

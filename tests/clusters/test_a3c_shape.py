@@ -214,6 +214,7 @@ def test_bench_a3c_puts_a_plain_row_beside_each_ray_row(ray_session, tiny_shape)
     (["--algo", "counterfactual", "--twin", "truth"], "--twin: 'truth'"),
     (["--algo", "pg", "--share-baseline"], "--share-baseline"),
     (["--algo", "counterfactual", "--agents", "2", "--share-baseline"], "--share-baseline"),
+    (["--algo", "pg", "--defer-validation"], "--defer-validation"),
 ])
 def test_bad_learner_options_exit_2(capsys, tmp_path, argv, message) -> None:
     code, _, err = run_cli(capsys, "train", "rl", *argv, "--out", str(tmp_path / "a.pt"), "--updates", "1")
