@@ -396,13 +396,9 @@ class GlobalPolicyImpl:
                 "max_norm": self.max_norm_seen, "options": dataclasses.asdict(self.opts),
                 "result": result_doc(self.result),
                 **({"baseline": self.baseline.state_dict()} if self.baseline is not None else {}),
-                **({"deferred": [self._snapshot_doc(d) for d in self._deferred]}
-                   if self.opts.defer_validation else {})}
-
-    @staticmethod
-    def _snapshot_doc(snap: _Snapshot) -> dict[str, Any]:
-        """A deferred snapshot as the checkpoint keeps it (the weights as a tensor)."""
-        return {"update": snap.update, "wall": snap.wall, "weights": torch.from_numpy(snap.weights.copy())}
+                # defer_validation: the snapshots not yet validated (the weights as tensors)
+                **({"deferred": [{"update": d.update, "wall": d.wall, "weights": torch.from_numpy(d.weights)}
+                                 for d in self._deferred]} if self._deferred else {})}
 
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         """A subclass's part of :meth:`_restore` (the checkpoint is read once)."""
