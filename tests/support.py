@@ -36,6 +36,20 @@ def tiny_shape_config() -> ExperimentConfig:
     )
 
 
+def config_yaml(cfg: ExperimentConfig, path: Path) -> Path:
+    """``cfg`` as a YAML file for the CLI (absolute paths to the job types, speed surfaces and profile)."""
+    import yaml
+
+    raw = cfg.model_dump(mode="json")
+    raw.pop("base_dir")
+    raw["jobtypes"] = str(cfg.resolve(cfg.jobtypes))
+    raw["speed"]["surfaces"] = str(cfg.surfaces_dir)
+    if cfg.profile is not None:
+        raw["profile"] = str(cfg.resolve(cfg.profile))
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     """Run ``dl2ray ARGV`` in-process; return (exit code, stdout, stderr)."""
     from dl2ray.cli.app import main

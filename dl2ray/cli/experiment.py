@@ -348,6 +348,10 @@ def paper(
         help="Fig. 18: A3C agent counts beside one agent, comma-separated ('' for none)")] = "2",
     federation: Annotated[int, typer.Option(
         help="Fig. 18: federation members beside a member alone (0: no federation rows)")] = 2,
+    share_baseline: Annotated[bool, typer.Option(
+        "--share-baseline/--own-baseline",
+        help="Fig. 18: A3C agents keep the value baseline in the master, as `train rl --agents N` does "
+             "(--own-baseline: each agent its own, as docs/paper.md of 2026-12-03 ran)")] = True,
     teacher_config: Annotated[list[str] | None, typer.Option(
         help="Fig. 16: TEACHER=CONFIG: that teacher's runs learn with CONFIG's policy settings (the same "
              "cluster as --config; repeat)")] = None,
@@ -389,7 +393,7 @@ def paper(
     teacher_cfgs = _teacher_configs(cfg, s.teachers, teacher_config or [])
     s = dataclasses.replace(s, updates=updates or s.updates, test_traces=test_traces or s.test_traces,
                             seeds=tuple(range(seeds)) if seeds else s.seeds, agents=counts,
-                            federation=federation,
+                            federation=federation, share_baseline=share_baseline,
                             teacher_configs=tuple((t, x.partition("=")[2]) for t, x in
                                                   zip(teacher_cfgs, teacher_config or [], strict=True)),
                             teacher_updates=_teacher_updates(s.teachers, teacher_updates or []))
@@ -404,6 +408,7 @@ def paper(
              *(("--teacher-config", spec) for spec in teacher_config or []),
              *(("--teacher-updates", spec) for spec in teacher_updates or [])]
     command = shlex.join(["dl2ray", "experiment", "paper", "--out", str(out), *(["--quick"] if quick else []),
+                          *([] if share_baseline else ["--own-baseline"]),
                           *(x for opt, v in given if v is not None for x in (opt, str(v))),
                           "--workers", str(workers)])
     report = write_report(result, out, command)

@@ -66,10 +66,7 @@ def train_sl(
     make_scheduler(name, cfg)
     if out.suffix != ".pt":
         raise UserError(f"--out: {out}: expected a .pt checkpoint path")
-    for opt, files in (("--train-trace", train_trace), ("--val-trace", val_trace)):
-        for f in files or []:
-            if not f.is_file():
-                raise UserError(f"{opt}: {f}: no such trace file")
+    check_trace_files(train_trace, val_trace)
     arch = arch or p.arch
     if arch not in ("paper", "shape"):
         raise UserError(f"--arch: {arch!r}: known: paper, shape")
@@ -106,6 +103,15 @@ def train_sl(
            "val_accuracy": result.val_accuracy, "policy_avg_jct": result.jct["policy_avg_jct"],
            "teacher_avg_jct": result.jct["teacher_avg_jct"], "jct_ratio": result.jct["ratio"]}
     emit(doc, json_out)
+
+
+def check_trace_files(train_trace: list[Path] | None, val_trace: list[Path] | None) -> None:
+    """UserError naming the option and the file for a ``--train-trace``/``--val-trace`` that is not a
+    file."""
+    for opt, files in (("--train-trace", train_trace), ("--val-trace", val_trace)):
+        for f in files or []:
+            if not f.is_file():
+                raise UserError(f"{opt}: {f}: no such trace file")
 
 
 def check_checkpoint_paths(out: Path, init: Path | None) -> None:
@@ -164,7 +170,7 @@ def _check_shape_learning(cfg: ExperimentConfig, learner: Algorithm, credit: str
                         f"only (here --algo {learner.name}, --agents {agents})")
 
 
-def _check_a3c_switches(algo: str, agents: int, share_baseline: bool, defer_validation: bool) -> None:
+def _check_a3c_switches(algo: str, agents: int, share_baseline: bool | None, defer_validation: bool) -> None:
     """UserError for a switch of the A3C master used without A3C (or, the shared baseline, without pg)."""
     if share_baseline and (algo != "pg" or agents < 2):
         raise UserError(f"--share-baseline: the baseline of --algo pg shared by --agents N ≥ 2 "
@@ -172,6 +178,15 @@ def _check_a3c_switches(algo: str, agents: int, share_baseline: bool, defer_vali
     if defer_validation and agents < 2:
         raise UserError("--defer-validation: A3C (--agents N ≥ 2) only; one learner validates between its "
                         "updates")
+
+
+def shared_baseline(share_baseline: bool | None, algo: str, agents: int, critic: bool) -> bool:
+    """Whether the A3C master keeps the value baseline: as ``--share-baseline/--own-baseline`` says, and by
+    default for ``--algo pg`` with ``--agents N ≥ 2`` and the critic (over six seeds of Fig. 18 the agents
+    reached Optimus's level sooner with it on every seed: docs/notebook/2026-12-03.md)."""
+    if share_baseline is not None:
+        return share_baseline
+    return algo == "pg" and agents >= 2 and critic
 
 
 @app.command("rl")
@@ -207,9 +222,11 @@ def train_rl(
              "JCT from that slot on)")] = "job",
     mix_weight: Annotated[float, typer.Option(
         help="mix: the on-policy surrogate's weight beside the counterfactual loss")] = 1.0,
-    share_baseline: Annotated[bool, typer.Option(
+    share_baseline: Annotated[bool | None, typer.Option(
+        "--share-baseline/--own-baseline",
         help="pg with --agents N: the master keeps the value baseline and every agent fits it in turn, as "
-             "the paper's A3C shares its critic (default: each agent keeps its own)")] = False,
+             "the paper's A3C shares its critic (the default for pg with --agents N ≥ 2 and the critic; "
+             "--own-baseline: each agent keeps its own)")] = None,
     defer_validation: Annotated[bool, typer.Option(
         help="with --agents N: validate the due weight snapshots after the last update, not beside the "
              "agents (where no core is spare the validator takes CPU from them); each point keeps the "
@@ -226,6 +243,12 @@ def train_rl(
         help="where the on-policy learners (paper, pg, mix's on-policy half) play: cluster (online, from "
              "the learner's own cluster through act/observe/reward; dl2ray.envs.cluster_env) or twin (in "
              "the model of it, policy.train_world); default: the config's policy.experience")] = None,
+    train_trace: Annotated[list[Path] | None, typer.Option(
+        help="online learners: replay this Parquet trace on the cluster instead of generated training "
+             "traces (repeatable; stretch k: file k mod n with training seed k's noise)")] = None,
+    val_trace: Annotated[list[Path] | None, typer.Option(
+        help="validate on this Parquet trace instead of generated ones, with each of --val-traces "
+             "validation seeds (repeatable)")] = None,
     resume: Annotated[bool, typer.Option(help="continue from OUT if it exists")] = False,
     logdir: Annotated[Path | None, typer.Option(help="TensorBoard logs (default: OUT.tb/)")] = None,
     agents: Annotated[int, typer.Option(help="learners: 1 = this process; N >= 2 = A3C with N Ray "
@@ -260,6 +283,9 @@ def train_rl(
     if mix_weight < 0 or not math.isfinite(mix_weight):
         raise UserError(f"--mix-weight: {mix_weight}: need a finite weight ≥ 0")
     _check_a3c_switches(algo, agents, share_baseline, defer_validation)
+    check_trace_files(train_trace, val_trace)
+    if (train_trace or val_trace) and agents > 1:
+        raise UserError(f"--train-trace/--val-trace: one learner only (here --agents {agents})")
     # a switch turned off that the algorithm does not have is refused (A3C's replay is off by default)
     records.check_switches(records.RLOptions(critic=critic, exploration=exploration,
                                              replay=True if replay is None else replay,
@@ -271,7 +297,10 @@ def train_rl(
                         checkpoint_every=checkpoint_every, critic_warmup=critic_warmup,
                         algo=algo, zero_advantage=zero_advantage, twin=twin,  # type: ignore[arg-type]
                         credit=credit, mix_weight=mix_weight,  # type: ignore[arg-type]
-                        share_baseline=share_baseline, defer_validation=defer_validation)
+                        share_baseline=shared_baseline(share_baseline, algo, agents, critic),
+                        defer_validation=defer_validation,
+                        train_files=tuple(str(f) for f in train_trace or ()),
+                        val_files=tuple(str(f) for f in val_trace or ()))
     logdir = logdir or out.with_suffix(".tb")
     torch.set_num_threads(threads)
     extra: dict = {}

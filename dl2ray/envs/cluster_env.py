@@ -27,7 +27,7 @@ replays ``source(k) = (seed, trace)`` (``trace`` None: the one ``seed`` generate
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dl2ray.config import ExperimentConfig
@@ -95,12 +95,20 @@ class ClusterEnvironment:
         return Feedback(self._view, view.slot, float(res.reward), float(in_system), finished, bool(res.done))
 
 
-def learning_environment(cfg: ExperimentConfig, trace_seeds: list[int],
-                         first_stretch: int = 0) -> ClusterEnvironment:
+def learning_environment(cfg: ExperimentConfig, trace_seeds: list[int], first_stretch: int = 0,
+                         traces: Sequence[Trace] | None = None) -> ClusterEnvironment:
     """Where an on-policy learner's stretches come from (``cfg.policy.experience``): ``cluster``, its own
     cluster (the truth-world simulator, stretch ``k`` on trace seed ``trace_seeds[k mod len]``);
-    ``twin``, the ``policy.train_world`` simulator on the same seeds."""
+    ``twin``, the ``policy.train_world`` simulator on the same seeds. With fixed ``traces`` (Parquet
+    files: ``train rl --train-trace``) stretch ``k`` replays ``traces[k mod len]`` with seed
+    ``trace_seeds[k mod len]``'s noise and hidden per-job factors."""
     from dl2ray.world import build_simulator
 
     world = "truth" if cfg.policy.experience == "cluster" else cfg.policy.train_world
-    return ClusterEnvironment.over_seeds(build_simulator(cfg, world=world), trace_seeds, first_stretch)
+    sim = build_simulator(cfg, world=world)
+    if not traces:
+        return ClusterEnvironment.over_seeds(sim, trace_seeds, first_stretch)
+    if not trace_seeds:
+        raise ValueError("need at least one training trace seed")
+    seeds, fixed = list(trace_seeds), list(traces)
+    return ClusterEnvironment(sim, lambda k: (seeds[k % len(seeds)], fixed[k % len(fixed)]), first_stretch)

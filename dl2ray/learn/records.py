@@ -112,6 +112,11 @@ class RLOptions:
     mix_weight: float = 1.0  # mix: the on-policy surrogate's weight beside the counterfactual loss
     share_baseline: bool = False  # pg with A3C agents or federation members: the master keeps the baseline
     defer_validation: bool = False  # A3C: validate the due weight snapshots after the last update
+    # online learners (policy.experience: cluster): stretches replay these Parquet traces, stretch k the
+    # file k mod n with training seed k's noise (train rl --train-trace); () : generated traces
+    train_files: tuple[str, ...] = ()
+    # validation on these Parquet traces, each with every one of the val_traces validation seeds
+    val_files: tuple[str, ...] = ()
 
 
 @dataclass

@@ -56,7 +56,7 @@ from dl2ray.learn.records import (
 from dl2ray.learn.replay import ReplayBuffer
 from dl2ray.learn.rollout import Collector, to_batch
 from dl2ray.learn.shape.search import ShapeSearchCollector
-from dl2ray.learn.validation import validation_row
+from dl2ray.learn.validation import read_traces, validation_row
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import (
     NumpyPolicy,
@@ -106,11 +106,14 @@ class Trainer:
             self.labels = ImitationBuffer(imp.buffer, self.enc.state_dim, self.enc.action_dim)
         else:
             explore = JobAwareExploration.from_config(cfg) if opts.exploration else None
-            self.collector = Collector(learning_environment(cfg, seedsets.training(opts.traces)), self.enc,
+            train = learning_environment(cfg, seedsets.training(opts.traces),
+                                         traces=read_traces(cfg, opts.train_files))
+            self.collector = Collector(train, self.enc,
                                        self.sample_rng, explore, self.explore_rng)
             self.buffer = (ReplayBuffer(cfg.policy.replay_size, self.enc.state_dim, self.enc.action_dim,
                                         opts.prioritized) if opts.replay else None)
         self.val_seeds = seedsets.validation(opts.val_traces)
+        self.val_traces = read_traces(cfg, opts.val_files)
         self.result = RLResult(seed, str(init) if init else None, 0, self.val_seeds, float("nan"))
 
     def _networks(self, init: Path | None) -> tuple[PolicyNet, ValueNet]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
+from dl2ray.errors import UserError
 from dl2ray.learn.records import (
     Learner,
     RLOptions,
@@ -44,11 +45,18 @@ def make_trainer(cfg: ExperimentConfig, init: Path | None, seed: int, opts: RLOp
     """The trainer of ``opts.algo``: :class:`~dl2ray.learn.rl.Trainer` for the paper's architecture
     (``paper``, ``improve``), :class:`~dl2ray.learn.shape.trainer.ShapeTrainer` for the shape one
     (``counterfactual``, ``pg``, ``mix``). Refuses an ``init`` checkpoint of the other architecture, and
-    a switch turned off that the algorithm does not have (:func:`~dl2ray.learn.records.check_switches`)."""
+    a switch turned off that the algorithm does not have (:func:`~dl2ray.learn.records.check_switches`),
+    and trace files (``opts.train_files``) for a learner that does not play its own cluster."""
     from dl2ray.policy.shape_net import checkpoint_arch
 
-    arch = algorithm(opts.algo).arch
+    learner = algorithm(opts.algo)
+    arch = learner.arch
     check_switches(opts)
+    if opts.train_files and (learner.counterfactual or learner.rollout_labels
+                             or cfg.policy.experience != "cluster"):
+        raise UserError(f"--train-trace: only the online learners (--algo paper or pg, policy.experience: "
+                        f"cluster) replay trace files on their own cluster; here --algo {opts.algo}, "
+                        f"experience {cfg.policy.experience}")
     if init is not None and checkpoint_arch(init) != arch:
         raise CheckpointError(f"{init}: a {checkpoint_arch(init)!r} checkpoint; --algo {opts.algo} trains "
                               f"the {arch!r} architecture (train sl --arch {arch})")
@@ -90,7 +98,8 @@ def train_rl(
     finished = bool(trainer.result.validation) and trainer.updates >= updates
     writer = None if finished else tensorboard_writer(logdir)
     if not trainer.result.validation:
-        trainer.result.baseline_avg_jct = heuristic_jct(trainer.val_cfg, "drf", trainer.val_seeds)
+        trainer.result.baseline_avg_jct = heuristic_jct(trainer.val_cfg, "drf", trainer.val_seeds,
+                                                        trainer.val_traces)
         log_validation(writer, trainer.validate())
         tick()
         if out is not None:

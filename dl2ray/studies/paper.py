@@ -103,6 +103,9 @@ class PaperSettings:
     sl_epochs: int = 40
     workers: int = 2
     agents: tuple[int, ...] = (2,)  # Fig. 18: A3C agent counts beside one agent
+    # Fig. 18: A3C agents (N ≥ 2) keep pg's value baseline in the master, as `train rl --agents N` does by
+    # default (the paper's shared critic); False: each agent its own (docs/paper.md of 2026-12-03 ran so)
+    share_baseline: bool = True
     federation: int = 2  # Fig. 18: federation members beside a member alone (0: no federation row)
     unseen_phases: int = 3  # Fig. 15: phases of online RL, each knowing more types (0 skips it)
     # Fig. 16: (teacher, config file) whose runs learn with that config's learning settings (same cluster)
@@ -270,7 +273,8 @@ def run_paper(cfg: ExperimentConfig, s: PaperSettings, out: Path, progress: Prog
         if a3c:
             assert multi is not None
             clock_a3c = time.perf_counter()
-            learners = a3c_runs(cfg, Path(students[first]), s.options(), s.updates, s.seeds,
+            shared = replace(s.options(), share_baseline=s.share_baseline and s.algo == "pg")
+            learners = a3c_runs(cfg, Path(students[first]), shared, s.updates, s.seeds,
                                 sorted({1, *s.agents}), out, multi)
             stages["Fig. 18 A3C"] = time.perf_counter() - clock_a3c
         if fed:

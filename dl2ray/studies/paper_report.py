@@ -214,8 +214,11 @@ def fig18(r: PaperResult) -> list[str]:
         lines += ["A3C: not run (no multi-agent trainer: the `clusters` plugin's A3C on Ray, or `--agents` "
                   "named none).", ""]
     else:
+        baseline = ("the master keeps the value baseline the agents fit (`--share-baseline`, the default)"
+                    if r.settings.share_baseline else
+                    "each agent keeps its own value baseline (`--own-baseline`)")
         lines += ["A3C: wall-clock and updates per agent (experience per cluster) at the first validation "
-                  "at or below each level; `/ 1 agent` is per seed.", "",
+                  f"at or below each level; `/ 1 agent` is per seed; {baseline}.", "",
                   "| level (validation JCT) | agents | seeds there | minutes | updates per agent "
                   "| / 1 agent |",
                   "|---|---|---|---|---|---|"]

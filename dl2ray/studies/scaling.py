@@ -8,7 +8,8 @@ learning online (``policy.experience: cluster``), each run alone on the machine,
   ``N × updates`` global updates, so each agent gathers as much experience as one learner; it validates
   every ``N × val_every`` global updates (every ``val_every`` updates per agent). Its points:
   ``(global update, wall-clock seconds since the run started, validation avg JCT)`` from the run's
-  TensorBoard events (:func:`validation_seconds`); experience per cluster = global update / N.
+  TensorBoard events (:func:`validation_seconds`); experience per cluster = global update / N. With
+  ``options.share_baseline`` (pg) the master keeps the value baseline of N ≥ 2 agents.
 - **Federation** (the plugin's :data:`Federated`, :mod:`clusters.federation.quality`): N members of the
   same cluster config (1 included: a member alone), each with its ``traces // N`` training traces, until
   the learner has applied ``N × updates`` pushes; each member validates the global weights every
@@ -76,8 +77,9 @@ def a3c_runs(cfg: ExperimentConfig, init: Path, options: RLOptions, updates: int
     for seed in seeds:
         for n in agents:
             # A3C learns on each agent's fresh experience (no replay); it validates every val_every updates
-            # per agent, as the one-agent run does
-            opts = replace(options, replay=False, val_every=options.val_every * n)
+            # per agent, as the one-agent run does; one agent has no baseline to share
+            opts = replace(options, replay=False, val_every=options.val_every * n,
+                           share_baseline=options.share_baseline and n > 1)
             path = out / f"a3c{n}@{seed}.pt"
             if not _done(path, updates * n):
                 multi(cfg, init, updates * n, seed, path, opts, n, path.with_suffix(".tb"), True,

@@ -56,15 +56,17 @@ def _multi(cfg, init, updates, seed, out, options, agents, *rest, share: bool = 
 
 def run(config: str, updates: int, seeds: int, teacher: str, agents: list[int], federation: int,
         val_every: int, val_traces: int, out: Path, member_weight: float = 1.0,
-        share_baseline: bool = False, defer_validation: bool = False) -> dict:
+        share_baseline: bool = False, defer_validation: bool = False, first_seed: int = 0) -> dict:
     cfg = load_config(config)
-    s = PaperSettings(updates=updates, seeds=tuple(range(seeds)), teachers=(teacher,), val_every=val_every,
-                      val_traces=val_traces, agents=tuple(agents), federation=federation, unseen_phases=0)
+    s = PaperSettings(updates=updates, seeds=tuple(range(first_seed, first_seed + seeds)),
+                      teachers=(teacher,), val_every=val_every, val_traces=val_traces, agents=tuple(agents),
+                      federation=federation, unseen_phases=0, share_baseline=share_baseline)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     student = out / f"sl-{teacher}.pt"
     if not student.exists():
-        train_student(cfg, s, teacher, out, student)
+        # SL seed 0 whatever --first-seed is: every seed's runs start from the same student
+        train_student(cfg, dataclasses.replace(s, seeds=(0,)), teacher, out, student)
     val = seedsets.validation(val_traces)
     lv = levels(validate(cfg, load_policy_net(student, cfg), val), heuristic_jct(cfg, "optimus", val),
                 heuristic_jct(cfg, "planner", val))
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", "-c", default="configs/testbed-online.yaml")
     p.add_argument("--updates", type=int, default=30, help="updates per agent (pushes per member)")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds FIRST..FIRST+N-1")
+    p.add_argument("--first-seed", type=int, default=0, help="the first training seed (FIRST)")
     p.add_argument("--teacher", default="drf")
     p.add_argument("--agents", default="2", help="A3C agent counts beside one agent, comma-separated")
     p.add_argument("--federation", type=int, default=2, help="members beside a member alone (0: none)")
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         agents = [int(x) for x in a.agents.split(",") if x.strip()]
     except ValueError:
         p.error(f"--agents {a.agents!r}: comma-separated agent counts")
+    if a.first_seed < 0:
+        p.error(f"--first-seed {a.first_seed}: at least 0")
     if min((a.updates, a.seeds, a.val_every, a.val_traces)) < 1 or any(n < 2 for n in agents):
         p.error("--updates, --seeds, --val-every, --val-traces: at least 1; each --agents count at least 2")
     if a.federation == 1 or a.federation < 0:
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--member-weight: above 0")
     return print_json(p, lambda: run(a.config, a.updates, a.seeds, a.teacher, agents, a.federation,
                                      a.val_every, a.val_traces, a.out, a.member_weight,
-                                     a.share_baseline, a.defer_validation))
+                                     a.share_baseline, a.defer_validation, a.first_seed))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import small_config, tiny_shape_config
+from support import config_yaml, small_config, tiny_shape_config
 
 from dl2ray.config import ExperimentConfig
 
@@ -28,15 +28,8 @@ def tiny_yaml(tiny: ExperimentConfig, tmp_path: Path) -> Path:
 
 
 def _as_yaml(cfg: ExperimentConfig, path: Path) -> Path:
-    """``cfg`` as a YAML file for the CLI (absolute paths to the job types, speed surfaces and profile)."""
-    raw = cfg.model_dump(mode="json")
-    raw.pop("base_dir")
-    raw["jobtypes"] = str(cfg.resolve(cfg.jobtypes))
-    raw["speed"]["surfaces"] = str(cfg.surfaces_dir)
-    if cfg.profile is not None:
-        raw["profile"] = str(cfg.resolve(cfg.profile))
-    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    return path
+    """``cfg`` as a YAML file for the CLI (:func:`support.config_yaml`)."""
+    return config_yaml(cfg, path)
 
 
 @pytest.fixture(scope="session")

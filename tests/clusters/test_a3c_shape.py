@@ -221,6 +221,22 @@ def test_bad_learner_options_exit_2(capsys, tmp_path, argv, message) -> None:
     assert code == 2 and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("given", "algo", "agents", "critic", "shared"), [
+    (None, "pg", 2, True, True),          # the default of A3C learning online
+    (None, "pg", 4, True, True),
+    (None, "pg", 1, True, False),         # one learner: no master
+    (None, "pg", 2, False, False),        # no critic: no baseline to share
+    (None, "counterfactual", 2, True, False),
+    (None, "paper", 2, True, False),      # the paper's networks keep their critic in the master anyway
+    (False, "pg", 2, True, False),        # --own-baseline
+    (True, "pg", 2, True, True),          # --share-baseline
+])
+def test_the_shared_baseline_is_the_default_of_a3c_pg_only(given, algo, agents, critic, shared) -> None:
+    from dl2ray.cli.train import shared_baseline
+
+    assert shared_baseline(given, algo, agents, critic) is shared
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_federation_experiment_trains_the_shape_policy_and_judges_a_held_out_member(
@@ -291,16 +307,16 @@ def test_the_live_shape_learner_pushes_from_what_its_cluster_showed(tiny_shape) 
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("share", [False, True])
-def test_train_rl_pg_online_with_two_agents(capsys, tmp_path, tiny_shape_yaml, ray_session, share) -> None:
+@pytest.mark.parametrize(("flags", "share"), [([], True), (["--own-baseline"], False)])
+def test_train_rl_pg_online_with_two_agents(capsys, tmp_path, tiny_shape_yaml, ray_session, flags,
+                                            share) -> None:
     """``--algo pg --agents 2``: each agent learns online on its own cluster (policy.experience: cluster)
-    and pushes on-policy pseudo-gradients; the run's records are on-policy rows. ``--share-baseline``: the
-    same with the baseline in the master."""
+    and pushes on-policy pseudo-gradients; the run's records are on-policy rows. By default the baseline
+    is the master's; ``--own-baseline``: the same with each agent's own."""
     out = tmp_path / "a3c.pt"
     code, stdout, err = run_cli(capsys, "train", "rl", "--config", str(tiny_shape_yaml),
                                 "--algo", "pg", "--agents", "2", "--updates", "3", "--out", str(out),
-                                "--traces", "2", "--val-traces", "1", "--val-every", "3", "--json",
-                                *(["--share-baseline"] if share else []))
+                                "--traces", "2", "--val-traces", "1", "--val-every", "3", "--json", *flags)
     assert code == 0, err
     doc = json.loads(stdout)
     assert doc["updates"] == 3 and sum(doc["per_agent"].values()) == 3 and doc["refused"] == {}

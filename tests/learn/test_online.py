@@ -55,8 +55,8 @@ def sealed(monkeypatch):
     made: list[Sealed] = []
     built: list[str] = []
 
-    def sealed_env(cfg, seeds, first=0):
-        env = Sealed(learning_environment(cfg, seeds, first))
+    def sealed_env(cfg, seeds, first=0, traces=None):
+        env = Sealed(learning_environment(cfg, seeds, first, traces))
         made.append(env)
         return env
 
@@ -271,3 +271,90 @@ def test_train_rl_rewinds_after_a_validation_worse_than_rollback_times_the_best(
     from dl2ray.policy.shape_net import load_shape_checkpoint
 
     assert load_shape_checkpoint(tmp_path / "run.pt").extra["result"]["rewinds"] == want
+
+
+def _stretch_jct(env: ClusterEnvironment) -> float:
+    """One stretch of DRF through the interface: its total JCT (the sum of the slots' job-slots)."""
+    from dl2ray.schedulers.drf import DRF
+
+    total, view = 0.0, env.observe()
+    while True:
+        fb = env.act(DRF().decide(view) if view.jobs else Allocation.empty())
+        total += fb.in_system
+        if fb.ended:
+            return total
+        assert fb.view is not None
+        view = fb.view
+
+
+def test_stretches_replay_the_trace_files_in_turn_with_the_training_seeds_noise() -> None:
+    """``train rl --train-trace``: stretch ``k`` replays file ``k mod n`` with seed ``k mod m``'s noise —
+    each stretch is exactly the simulator's run of that (trace, seed)."""
+    from dl2ray.evaluation.metrics import censored_avg_jct
+    from dl2ray.schedulers.drf import DRF
+    from dl2ray.sim import run_episode
+    from dl2ray.traces.generate import generate_trace
+    from dl2ray.world import build_simulator
+
+    a, b = generate_trace(PAPER, 21), generate_trace(PAPER, 22)
+    env = learning_environment(PAPER, [5, 6, 7], traces=[a, b])
+    for trace, seed in ((a, 5), (b, 6), (a, 7), (b, 5)):
+        total = _stretch_jct(env)
+        assert env.stretch_seed == seed
+        alone = censored_avg_jct(run_episode(build_simulator(PAPER, trace), DRF(), seed))
+        assert total / len(trace) == pytest.approx(alone)
+    assert _stretch_jct(env) != _stretch_jct(env)  # (a, 6) and (b, 7): other noise, other trace
+
+
+def test_validation_on_trace_files_runs_every_file_with_every_seed() -> None:
+    from dl2ray.evaluation.metrics import censored_avg_jct
+    from dl2ray.learn.validation import episodes, heuristic_jct
+    from dl2ray.schedulers.drf import DRF
+    from dl2ray.sim import run_episode
+    from dl2ray.traces.generate import generate_trace
+    from dl2ray.world import build_simulator
+
+    a, b = generate_trace(PAPER, 21), generate_trace(PAPER, 22)
+    runs = episodes(PAPER, [1, 2], [a, b])
+    assert [s for _, s in runs] == [1, 2, 1, 2]  # a with each seed, then b
+    assert runs[0][0] is runs[1][0] and runs[2][0] is runs[3][0] and runs[0][0] is not runs[2][0]
+    each = [censored_avg_jct(run_episode(build_simulator(PAPER, t), DRF(), s)) for t in (a, b) for s in (1, 2)]
+    assert heuristic_jct(PAPER, "drf", [1, 2], [a, b]) == pytest.approx(float(np.mean(each)))
+    assert heuristic_jct(PAPER, "drf", [1, 2]) != pytest.approx(float(np.mean(each)))  # generated ones
+
+
+@pytest.mark.slow
+def test_train_rl_learns_online_on_trace_files_and_refuses_them_elsewhere(capsys, tmp_path) -> None:
+    import json
+
+    from support import config_yaml, run_cli
+
+    from dl2ray import seeds
+    from dl2ray.learn.validation import heuristic_jct
+    from dl2ray.traces.generate import generate_trace
+    from dl2ray.traces.parquet import write_trace
+
+    cfg = config_yaml(SHAPE, tmp_path / "tiny.yaml")
+    files = [write_trace(tmp_path / f"t{i}.parquet", generate_trace(SHAPE, 30 + i), source="test",
+                         slot_seconds=SHAPE.sim.slot_seconds) for i in range(3)]
+    common = ["train", "rl", "--config", str(cfg), "--updates", "1", "--traces", "2", "--val-traces", "2"]
+    out = tmp_path / "pg.pt"
+    code, _, err = run_cli(capsys, *common, "--algo", "pg", "--out", str(out), "--train-trace", str(files[0]),
+                           "--train-trace", str(files[1]), "--val-trace", str(files[2]))
+    assert code == 0, err
+    run = json.loads(out.with_suffix(".json").read_text())
+    assert run["options"]["train_files"] == [str(files[0]), str(files[1])]
+    assert run["options"]["val_files"] == [str(files[2])]
+    assert len(run["validation"]) == 2 and run["history"][0]["slots"] > 0
+    # the reference is DRF's on the validation file, with each validation seed's noise
+    val = [generate_trace(SHAPE, 32)]
+    assert run["baseline_avg_jct"] == pytest.approx(heuristic_jct(SHAPE, "drf", seeds.validation(2), val))
+    for argv, message in ((["--algo", "counterfactual"], "--train-trace: only the online learners"),
+                          (["--algo", "pg", "--agents", "2"], "one learner only"),
+                          (["--algo", "pg", "--experience", "twin"], "experience twin")):
+        code, _, err = run_cli(capsys, *common, *argv, "--out", str(tmp_path / "x.pt"),
+                               "--train-trace", str(files[0]))
+        assert code == 2 and message in err and "Traceback" not in err, err
+    code, _, err = run_cli(capsys, *common, "--algo", "pg", "--out", str(tmp_path / "x.pt"),
+                           "--val-trace", str(tmp_path / "missing.parquet"))
+    assert code == 2 and "--val-trace" in err and "no such trace file" in err

@@ -4,6 +4,7 @@ bad input."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -98,6 +99,10 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     assert set(doc["fig18"]["validations"]) == {"1@0", "2@0"}
     assert {row["agents"] for row in doc["fig18"]["rows"]} == {1, 2}
     assert (out / "a3c1@0.best.pt").is_file() and (out / "a3c2@0.best.pt").is_file()
+    # the two agents keep pg's value baseline in the master by default; one agent has none to share
+    assert [json.loads((out / f"a3c{n}@0.json").read_text())["options"]["share_baseline"]
+            for n in (1, 2)] == [False, True]
+    assert doc["settings"]["share_baseline"] is True
     fed = doc["fig18"]["federation_validations"]
     # (the run ends on the learner's update count: a member that starts sooner may push, and validate, more)
     assert set(fed) == {"1@0", "2@0"} and all(len(m) >= 1 for m in fed["2@0"])
@@ -115,7 +120,8 @@ def test_quick_paper_writes_the_report_and_a_second_call_reads_the_runs_back(cap
     assert phase["init"].endswith("unseen-4types@0.pt")
     text = (out / "paper.md").read_text()
     for word in ("Fig. 10", "Fig. 15", "Fig. 16", "Table 2", "Fig. 18", "41.3", "21.1",
-                 "dl2ray experiment paper", "--quick", "--teacher-config", "The FIFO student's runs"):
+                 "dl2ray experiment paper", "--quick", "--teacher-config", "The FIFO student's runs",
+                 "`--share-baseline`, the default"):
         assert word in text
     assert all((out / f).is_file() for f in ("fig10.png", "fig10-wall.png", "fig15.png", "fig16.png",
                                              "sl-fifo.pt"))
@@ -249,8 +255,11 @@ def test_a_finished_a3c_run_is_read_back_and_one_stopped_short_is_resumed(tmp_pa
 
     calls: list[tuple[int, int, bool]] = []
 
+    shared: list[bool] = []
+
     def multi(cfg, init, updates, seed, path, opts, agents, logdir, resume, progress):
         calls.append((agents, updates, resume))
+        shared.append(opts.share_baseline)
         with SummaryWriter(str(logdir)) as w:
             w.add_scalar("rl/val_avg_jct", 9.0 + agents, updates)
         path.with_suffix(".json").write_text(json.dumps({"updates": updates}))
@@ -261,8 +270,30 @@ def test_a_finished_a3c_run_is_read_back_and_one_stopped_short_is_resumed(tmp_pa
 
     first = runs()
     assert calls == [(1, 3, True), (2, 6, True)]
+    assert shared == [False, False]
     assert [(u, j) for u, _, j in first[(2, 0)]] == [(6, 11.0)]
     assert runs() == first and len(calls) == 2  # both done: nothing started again
     (tmp_path / "a3c2@0.json").write_text(json.dumps({"updates": 4}))  # stopped at 4 of 6
     runs()
     assert calls[2:] == [(2, 6, True)]
+
+
+def test_a3c_runs_share_the_baseline_only_among_two_or_more_agents(tmp_path):
+    """``options.share_baseline``: the runs of N ≥ 2 agents keep it; the one-agent run has no master
+    baseline to share and learns as the single learner does."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from dl2ray.studies.scaling import a3c_runs
+
+    shared: dict[int, bool] = {}
+
+    def multi(cfg, init, updates, seed, path, opts, agents, logdir, resume, progress):
+        shared[agents] = opts.share_baseline
+        with SummaryWriter(str(logdir)) as w:
+            w.add_scalar("rl/val_avg_jct", 9.0, updates)
+        path.with_suffix(".json").write_text(json.dumps({"updates": updates}))
+
+    options = replace(PaperSettings(updates=1).options(), share_baseline=True)
+    a3c_runs(TINY, tmp_path / "sl.pt", options, 1, (0,), (1, 2, 4), tmp_path, multi)
+    assert shared == {1: False, 2: True, 4: True}
+    assert PaperSettings().share_baseline is True  # Fig. 18's default, as `train rl --agents N`'s

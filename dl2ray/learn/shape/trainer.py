@@ -57,7 +57,7 @@ from dl2ray.learn.shape.pg import (
     pg_update,
 )
 from dl2ray.learn.shape.twin import TwinExperience
-from dl2ray.learn.validation import validation_row
+from dl2ray.learn.validation import read_traces, validation_row
 from dl2ray.policy.network import CheckpointError
 from dl2ray.policy.shape import ShapeEncoding
 from dl2ray.policy.shape_net import (
@@ -96,6 +96,8 @@ class ShapeTrainer:
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=s.lr)
         self.sample_rng = np.random.default_rng([seed, 1])
         self.algorithm = algorithm(opts.algo)
+        self.train_traces = read_traces(cfg, opts.train_files)  # None: generated (make_trainer checks)
+        self.val_traces = read_traces(cfg, opts.val_files)
         # the twin: where the tries of a counterfactual learner run, and an on-policy learner's in twin mode
         # (an online pg learner has none: it plays on its own cluster alone)
         self.experience: TwinExperience | None = None
@@ -115,7 +117,8 @@ class ShapeTrainer:
         """``policy.experience: cluster``: the learner's own cluster (online); ``twin``: the twin's simulators
         (pg plays on the collector's; mix needs its own beside the tries')."""
         if self.cfg.policy.experience == "cluster":
-            return environments([learning_environment(self.cfg, seedsets.training(self.opts.traces))])
+            return environments([learning_environment(self.cfg, seedsets.training(self.opts.traces),
+                                                      traces=self.train_traces)])
         assert self.experience is not None
         collector = self.experience.collector
         sims = self.experience.simulators() if self.algorithm.counterfactual else collector.sims
