@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from support import config_yaml, small_config, tiny_shape_config
 
 from dl2ray.config import ExperimentConfig

@@ -318,7 +318,8 @@ def test_validation_on_trace_files_runs_every_file_with_every_seed() -> None:
     runs = episodes(PAPER, [1, 2], [a, b])
     assert [s for _, s in runs] == [1, 2, 1, 2]  # a with each seed, then b
     assert runs[0][0] is runs[1][0] and runs[2][0] is runs[3][0] and runs[0][0] is not runs[2][0]
-    each = [censored_avg_jct(run_episode(build_simulator(PAPER, t), DRF(), s)) for t in (a, b) for s in (1, 2)]
+    each = [censored_avg_jct(run_episode(build_simulator(PAPER, t), DRF(), s))
+            for t in (a, b) for s in (1, 2)]
     assert heuristic_jct(PAPER, "drf", [1, 2], [a, b]) == pytest.approx(float(np.mean(each)))
     assert heuristic_jct(PAPER, "drf", [1, 2]) != pytest.approx(float(np.mean(each)))  # generated ones
 
