@@ -137,7 +137,9 @@ def _check_same_run(plan: RunPlan) -> None:
     def where(init) -> str | None:
         return None if init is None else str(Path(init).resolve())
 
-    wanted = {"seed": plan.seed, "init": where(plan.init), "options": asdict(plan.opts),
+    # compared as the record holds them: JSON (tuples read back as lists)
+    options = json.loads(json.dumps(asdict(plan.opts)))
+    wanted = {"seed": plan.seed, "init": where(plan.init), "options": options,
               "config": plan.cfg.model_dump(mode="json")}
     recorded = {**doc, "init": where(doc.get("init"))}
     for key, value in wanted.items():
