@@ -47,6 +47,7 @@ from dl2ray import seeds as seedsets
 from dl2ray.config import ExperimentConfig
 from dl2ray.learn.supervised import EpochStats, simulators, smoothed_cross_entropy
 from dl2ray.learn.teacher import decompose
+from dl2ray.learn.validation import read_traces
 from dl2ray.policy.encoding import Encoding
 from dl2ray.policy.network import PolicyNet, ValueNet, build_networks, save_checkpoint, set_checkpoint_placer
 from dl2ray.workload import Trace
@@ -252,7 +253,7 @@ def run_sl(
     """
     started = time.perf_counter()
     tick = progress or (lambda stage, n: None)
-    traces = _files(cfg, run.train_files), _files(cfg, run.val_files)
+    traces = read_traces(cfg, run.train_files), read_traces(cfg, run.val_files)
     seeds = (seedsets.training(len(traces[0]) if traces[0] else run.traces),
              seedsets.validation(len(traces[1]) if traces[1] else run.val_traces))
     writer = _writer(logdir)
@@ -338,15 +339,6 @@ def _fit_shape(cfg: ExperimentConfig, run: SLRun, seeds: Seeds, traces: Traces, 
                                   run.seed + 1 + r, p.sl_label_smoothing, on_epoch)
     return _Fitted(policy, None, history, sum(len(x.actions) for x in data), sum(len(x.actions) for x in val),
                    0, lambda out, extra: save_shape_checkpoint(out, policy, cfg.catalogue.names, extra=extra))
-
-
-def _files(cfg: ExperimentConfig, paths: Sequence[str]) -> list[Trace] | None:
-    """The Parquet traces at ``paths`` (None when there are none)."""
-    if not paths:
-        return None
-    from dl2ray.traces.parquet import read_trace
-
-    return [read_trace(p, cfg.catalogue) for p in paths]
 
 
 def write_run_json(path: Path, cfg: ExperimentConfig, run: SLRun, result: SLResult) -> None:
